@@ -1,0 +1,95 @@
+// Package plugin is Strata's generic DRA kubelet plugin. It publishes the
+// ResourceSlices of one driver on one node, prepares and unprepares claims
+// for the kubelet, writes one CDI spec per claim and keeps a two-phase
+// checkpoint so that a restarted plugin neither forgets nor leaks what it
+// prepared.
+//
+// Everything vendor-specific sits behind Backend; this package never imports
+// a vendor package.
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// Backend hides one vendor's hardware from the generic plugin.
+type Backend interface {
+	// Discover reports the devices of this node as they should be published.
+	Discover(ctx context.Context) (*Inventory, error)
+
+	// Prepare readies the devices of one claim. On error it must leave
+	// nothing behind: the plugin records no state for a failed claim.
+	Prepare(ctx context.Context, req *PrepareRequest) (*PrepareResponse, error)
+
+	// Unprepare undoes Prepare. devices carry the State that Prepare
+	// returned, or no State when the plugin stopped between recording the
+	// start of a prepare and its completion; Unprepare must then clean up
+	// by device identity alone. Unprepare must be idempotent.
+	Unprepare(ctx context.Context, claim ClaimRef, devices []PreparedDevice) error
+}
+
+// Inventory is what a backend publishes for its node, in allocator order:
+// the scheduler tries devices first to last.
+type Inventory struct {
+	// Devices are the DRA devices of the node's pool.
+	Devices []resourceapi.Device
+	// SharedCounters are the counter sets that Devices consume from.
+	SharedCounters []resourceapi.CounterSet
+}
+
+// ClaimRef identifies a claim; it is all that is left at unprepare time.
+type ClaimRef struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+}
+
+// AllocatedDevice is one device of a claim that belongs to this driver,
+// with the opaque configuration that applies to it.
+type AllocatedDevice struct {
+	// Request is the (sub)request the device was allocated for.
+	Request string
+	// Pool and Device identify the device in the published slices.
+	Pool   string
+	Device string
+	// ShareID is set for devices that allow multiple allocations.
+	ShareID *types.UID
+	// ConsumedCapacity is what the claim consumes of a shared device.
+	ConsumedCapacity map[resourceapi.QualifiedName]string
+	// Configs are the opaque parameters for this driver that apply to the
+	// device, lowest precedence first (class configs, then claim configs).
+	Configs []json.RawMessage
+}
+
+// PrepareRequest is one claim to prepare.
+type PrepareRequest struct {
+	Claim   *resourceapi.ResourceClaim
+	Devices []AllocatedDevice
+}
+
+// PrepareResponse is what a backend prepared for a claim.
+type PrepareResponse struct {
+	// Common edits apply to every container using any device of the claim
+	// (control device nodes, for example).
+	Common cdispec.ContainerEdits
+	// Devices has one entry per requested device, in request order.
+	Devices []PreparedDevice
+}
+
+// PreparedDevice is one prepared device, as recorded in the checkpoint.
+type PreparedDevice struct {
+	Request string     `json:"request"`
+	Pool    string     `json:"pool"`
+	Device  string     `json:"device"`
+	ShareID *types.UID `json:"shareID,omitempty"`
+	// Edits are what the container runtime applies for this device.
+	Edits cdispec.ContainerEdits `json:"edits"`
+	// State is backend-private data needed to undo the prepare, such as
+	// the id of a partition created for the claim.
+	State json.RawMessage `json:"state,omitempty"`
+}

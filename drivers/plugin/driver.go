@@ -1,0 +1,259 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/strata-sh/strata/cdi"
+)
+
+// DefaultBootIDPath is where Linux exposes the id of the current boot.
+const DefaultBootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// Config is everything a Driver needs to run on one node.
+type Config struct {
+	// DriverName is the DRA driver name, e.g. nvidia.strata.sh.
+	DriverName string
+	// NodeName and NodeUID identify the node whose slices are published.
+	// NodeUID is optional.
+	NodeName string
+	NodeUID  types.UID
+	// KubeClient publishes slices, reads claims and records events.
+	KubeClient kubernetes.Interface
+	// Backend is the vendor hardware.
+	Backend Backend
+	// PluginDataDir holds the DRA socket and the checkpoint.
+	PluginDataDir string
+	// RegistrarDir is where kubelet looks for plugin registration sockets.
+	RegistrarDir string
+	// CDIDir is where per-claim CDI specs are written.
+	CDIDir string
+	// BootIDPath is read to detect reboots. Empty disables the check.
+	BootIDPath string
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.DriverName == "" {
+		errs = append(errs, errors.New("driver name is required"))
+	}
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("node name is required"))
+	}
+	if c.KubeClient == nil {
+		errs = append(errs, errors.New("kube client is required"))
+	}
+	if c.Backend == nil {
+		errs = append(errs, errors.New("backend is required"))
+	}
+	for name, dir := range map[string]string{"plugin data": c.PluginDataDir, "registrar": c.RegistrarDir, "CDI": c.CDIDir} {
+		if dir == "" {
+			errs = append(errs, fmt.Errorf("%s directory is required", name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Driver is a running kubelet plugin for one driver on one node.
+type Driver struct {
+	cfg      Config
+	cdi      *cdi.Writer
+	store    checkpointStore
+	recorder record.EventRecorder
+	stopRec  func()
+	helper   *kubeletplugin.Helper
+
+	// mu guards state and the checkpoint file. The kubelet plugin helper
+	// already serializes gRPC calls; the lock also covers start-up
+	// recovery and republishing.
+	mu        sync.Mutex
+	state     *checkpointData
+	inventory *Inventory
+}
+
+// Start recovers the checkpoint, discovers devices, starts the DRA and
+// registration gRPC services and publishes the node's ResourceSlices.
+func Start(ctx context.Context, cfg Config) (*Driver, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("kubelet plugin config: %w", err)
+	}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "driver", cfg.DriverName, "node", cfg.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+
+	for _, dir := range []string{cfg.PluginDataDir, cfg.RegistrarDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	writer, err := cdi.NewWriter(cfg.DriverName, cfg.CDIDir)
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{
+		cfg:   cfg,
+		cdi:   writer,
+		store: checkpointStore{path: filepath.Join(cfg.PluginDataDir, "checkpoint.json")},
+	}
+	d.recorder, d.stopRec = newRecorder(ctx, cfg)
+
+	if err := d.recover(ctx); err != nil {
+		d.stopRec()
+		return nil, err
+	}
+	if err := d.refreshInventory(ctx); err != nil {
+		d.stopRec()
+		return nil, err
+	}
+	helper, err := kubeletplugin.Start(ctx, d,
+		kubeletplugin.DriverName(cfg.DriverName),
+		kubeletplugin.NodeName(cfg.NodeName),
+		kubeletplugin.NodeUID(cfg.NodeUID),
+		kubeletplugin.KubeClient(cfg.KubeClient),
+		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir),
+		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir),
+	)
+	if err != nil {
+		d.stopRec()
+		return nil, fmt.Errorf("start kubelet plugin helper: %w", err)
+	}
+	d.helper = helper
+	if err := d.publish(ctx); err != nil {
+		d.Stop()
+		return nil, err
+	}
+	logger.V(1).Info("Kubelet plugin started", "devices", len(d.inventory.Devices))
+	return d, nil
+}
+
+// Stop shuts down the gRPC services and slice publishing. Published slices
+// stay in the API server, as they do when a real plugin restarts.
+func (d *Driver) Stop() {
+	d.helper.Stop()
+	d.stopRec()
+}
+
+// CDI returns the writer of this driver's CDI specs.
+func (d *Driver) CDI() *cdi.Writer { return d.cdi }
+
+// Republish rediscovers the devices and publishes them again, for example
+// after a health change.
+func (d *Driver) Republish(ctx context.Context) error {
+	if err := d.refreshInventory(ctx); err != nil {
+		return err
+	}
+	return d.publish(ctx)
+}
+
+func (d *Driver) refreshInventory(ctx context.Context) error {
+	inv, err := d.cfg.Backend.Discover(ctx)
+	if err != nil {
+		return fmt.Errorf("discover devices: %w", err)
+	}
+	d.mu.Lock()
+	d.inventory = inv
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *Driver) publish(ctx context.Context) error {
+	d.mu.Lock()
+	resources, err := driverResources(d.cfg.NodeName, d.inventory)
+	d.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := d.helper.PublishResources(ctx, *resources); err != nil {
+		return fmt.Errorf("publish resource slices: %w", err)
+	}
+	return nil
+}
+
+// HandleError implements kubeletplugin.DRAPlugin. Slice publishing errors
+// are retried by the helper; they are logged so that an operator sees them.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	utilruntime.HandleErrorWithContext(ctx, err, msg)
+}
+
+func newRecorder(ctx context.Context, cfg Config) (record.EventRecorder, func()) {
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.KubeClient.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: cfg.DriverName, Host: cfg.NodeName})
+	return recorder, broadcaster.Shutdown
+}
+
+// nodeRef is the object events about the plugin are attached to.
+func (d *Driver) nodeRef() *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: d.cfg.NodeName, UID: d.cfg.NodeUID}
+}
+
+// recover loads the checkpoint and brings disk and hardware back in line
+// with it: interrupted prepares are rolled back, state from an earlier boot
+// is dropped, and CDI specs that no claim owns are removed.
+func (d *Driver) recover(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	bootID, err := readBootID(d.cfg.BootIDPath)
+	if err != nil {
+		return err
+	}
+	state, err := d.store.load()
+	if errors.Is(err, ErrCorruptCheckpoint) {
+		moved, qerr := d.store.quarantine(time.Now())
+		if qerr != nil {
+			return errors.Join(err, qerr)
+		}
+		logger.Error(err, "Checkpoint is corrupt, starting from an empty one", "movedTo", moved)
+		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointCorrupt",
+			"%s: checkpoint was corrupt and was moved to %s; claims prepared before are prepared again on demand", d.cfg.DriverName, moved)
+		state = &checkpointData{Claims: map[types.UID]*ClaimState{}}
+	} else if err != nil {
+		return err
+	}
+	if state.BootID != "" && bootID != "" && state.BootID != bootID {
+		logger.V(1).Info("Node rebooted since the checkpoint was written, dropping prepared state", "claims", len(state.Claims))
+		state.Claims = map[types.UID]*ClaimState{}
+	}
+	state.BootID = bootID
+	d.state = state
+
+	for uid, claim := range state.Claims {
+		if claim.Phase == PhasePrepareCompleted {
+			continue
+		}
+		logger.V(1).Info("Rolling back interrupted prepare", "claim", klog.KRef(claim.Namespace, claim.Name), "claimUID", uid)
+		if err := d.rollbackLocked(ctx, claim); err != nil {
+			return fmt.Errorf("roll back interrupted prepare of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+	}
+	uids, err := d.cdi.ClaimUIDs()
+	if err != nil {
+		return err
+	}
+	for _, uid := range uids {
+		if _, ok := state.Claims[types.UID(uid)]; ok {
+			continue
+		}
+		logger.V(1).Info("Removing orphaned CDI spec", "claimUID", uid)
+		if err := d.cdi.RemoveClaimSpec(uid); err != nil {
+			return err
+		}
+	}
+	return d.store.save(state)
+}

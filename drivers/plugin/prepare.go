@@ -1,0 +1,246 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/strata-sh/strata/cdi"
+)
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin. Each claim is
+// prepared on its own; one failing claim does not fail the others.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, claim := range claims {
+		logger := klog.LoggerWithValues(klog.FromContext(ctx), "claim", klog.KObj(claim), "claimUID", claim.UID)
+		devices, err := d.prepareLocked(klog.NewContext(ctx, logger), claim)
+		if err != nil {
+			logger.Error(err, "Prepare failed")
+		}
+		results[claim.UID] = kubeletplugin.PrepareResult{Err: err, Devices: devices}
+	}
+	return results, nil
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	results := make(map[types.UID]error, len(claims))
+	for _, claim := range claims {
+		logger := klog.LoggerWithValues(klog.FromContext(ctx), "claim", claim.NamespacedName, "claimUID", claim.UID)
+		err := d.unprepareLocked(klog.NewContext(ctx, logger), claim.UID)
+		if err != nil {
+			logger.Error(err, "Unprepare failed")
+		}
+		results[claim.UID] = err
+	}
+	return results, nil
+}
+
+func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	logger := klog.FromContext(ctx)
+	if st, ok := d.state.Claims[claim.UID]; ok {
+		if st.Phase == PhasePrepareCompleted {
+			logger.V(2).Info("Claim already prepared")
+			return d.result(claim.UID, st.Devices), nil
+		}
+		// A failed attempt in this process was already rolled back, so this
+		// is only reachable if that rollback failed: try it again first.
+		if err := d.rollbackLocked(ctx, st); err != nil {
+			return nil, err
+		}
+	}
+	allocated, err := d.allocatedDevices(claim)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.checkConflicts(claim, allocated); err != nil {
+		return nil, err
+	}
+
+	ref := ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
+	st := &ClaimState{ClaimRef: ref, Phase: PhasePrepareStarted}
+	for _, a := range allocated {
+		st.Devices = append(st.Devices, PreparedDevice{Request: a.Request, Pool: a.Pool, Device: a.Device, ShareID: a.ShareID})
+	}
+	d.state.Claims[claim.UID] = st
+	if err := d.store.save(d.state); err != nil {
+		delete(d.state.Claims, claim.UID)
+		return nil, err
+	}
+
+	resp, err := d.cfg.Backend.Prepare(ctx, &PrepareRequest{Claim: claim, Devices: allocated})
+	if err == nil && len(resp.Devices) != len(allocated) {
+		err = fmt.Errorf("backend prepared %d devices for %d allocated", len(resp.Devices), len(allocated))
+		st.Devices = resp.Devices
+	}
+	if err == nil {
+		st.Devices = resp.Devices
+		err = d.writeSpec(claim.UID, resp)
+	}
+	if err == nil {
+		st.Phase = PhasePrepareCompleted
+		err = d.store.save(d.state)
+	}
+	if err != nil {
+		if rbErr := d.rollbackLocked(ctx, st); rbErr != nil {
+			return nil, errors.Join(err, fmt.Errorf("roll back: %w", rbErr))
+		}
+		return nil, err
+	}
+	logger.V(1).Info("Claim prepared", "devices", len(st.Devices))
+	return d.result(claim.UID, st.Devices), nil
+}
+
+func (d *Driver) writeSpec(claimUID types.UID, resp *PrepareResponse) error {
+	devices := make([]cdi.Device, 0, len(resp.Devices))
+	for _, p := range resp.Devices {
+		devices = append(devices, cdi.Device{Name: p.Device, Edits: p.Edits})
+	}
+	_, err := d.cdi.WriteClaimSpec(string(claimUID), resp.Common, devices)
+	return err
+}
+
+func (d *Driver) result(claimUID types.UID, devices []PreparedDevice) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(devices))
+	for _, p := range devices {
+		out = append(out, kubeletplugin.Device{
+			Requests:     []string{p.Request},
+			PoolName:     p.Pool,
+			DeviceName:   p.Device,
+			CDIDeviceIDs: []string{d.cdi.DeviceID(string(claimUID), p.Device)},
+			ShareID:      p.ShareID,
+		})
+	}
+	return out
+}
+
+func (d *Driver) unprepareLocked(ctx context.Context, uid types.UID) error {
+	st, ok := d.state.Claims[uid]
+	if !ok {
+		// Unknown claim: prepared by nobody, or already unprepared. Make sure
+		// no spec is left and report success, as the kubelet retries.
+		return d.cdi.RemoveClaimSpec(string(uid))
+	}
+	if err := d.rollbackLocked(ctx, st); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(1).Info("Claim unprepared", "devices", len(st.Devices))
+	return nil
+}
+
+// rollbackLocked undoes a claim in any phase: backend first, then the CDI
+// spec, then the checkpoint entry. If a step fails the entry stays so that
+// the next unprepare or start-up tries again.
+func (d *Driver) rollbackLocked(ctx context.Context, st *ClaimState) error {
+	if err := d.cfg.Backend.Unprepare(ctx, st.ClaimRef, st.Devices); err != nil {
+		return fmt.Errorf("release devices: %w", err)
+	}
+	if err := d.cdi.RemoveClaimSpec(string(st.UID)); err != nil {
+		return err
+	}
+	delete(d.state.Claims, st.UID)
+	return d.store.save(d.state)
+}
+
+// allocatedDevices returns the devices of this driver in the claim's
+// allocation with the opaque configs that apply to each.
+func (d *Driver) allocatedDevices(claim *resourceapi.ResourceClaim) ([]AllocatedDevice, error) {
+	if claim.Status.Allocation == nil {
+		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
+	}
+	alloc := claim.Status.Allocation.Devices
+	var out []AllocatedDevice
+	for _, r := range alloc.Results {
+		if r.Driver != d.cfg.DriverName {
+			continue
+		}
+		a := AllocatedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device, ShareID: r.ShareID}
+		if len(r.ConsumedCapacity) > 0 {
+			a.ConsumedCapacity = make(map[resourceapi.QualifiedName]string, len(r.ConsumedCapacity))
+			for name, q := range r.ConsumedCapacity {
+				a.ConsumedCapacity[name] = q.String()
+			}
+		}
+		a.Configs = configsFor(alloc.Config, d.cfg.DriverName, r.Request)
+		out = append(out, a)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("claim %s/%s has no device of driver %s", claim.Namespace, claim.Name, d.cfg.DriverName)
+	}
+	return out, nil
+}
+
+// configsFor picks the opaque configs of driver that apply to a request, in
+// precedence order: class configs before claim configs, each in listed
+// order. A config without requests applies to all; a config naming a parent
+// request applies to its subrequests.
+func configsFor(configs []resourceapi.DeviceAllocationConfiguration, driver, request string) []json.RawMessage {
+	var class, claim []json.RawMessage
+	for _, c := range configs {
+		if c.Opaque == nil || c.Opaque.Driver != driver {
+			continue
+		}
+		if len(c.Requests) > 0 && !slices.ContainsFunc(c.Requests, func(r string) bool { return requestMatches(r, request) }) {
+			continue
+		}
+		if c.Source == resourceapi.AllocationConfigSourceClass {
+			class = append(class, c.Opaque.Parameters.Raw)
+		} else {
+			claim = append(claim, c.Opaque.Parameters.Raw)
+		}
+	}
+	return append(class, claim...)
+}
+
+// requestMatches reports whether a config's request name covers an
+// allocation result's request, which may be "parent/subrequest".
+func requestMatches(configRequest, resultRequest string) bool {
+	if configRequest == resultRequest {
+		return true
+	}
+	parent, _, found := strings.Cut(resultRequest, "/")
+	return found && parent == configRequest
+}
+
+// checkConflicts is the last line of defence against a double allocation:
+// a device that does not allow multiple allocations may be prepared for one
+// claim at a time.
+func (d *Driver) checkConflicts(claim *resourceapi.ResourceClaim, allocated []AllocatedDevice) error {
+	shared := map[string]bool{}
+	for _, dev := range d.inventory.Devices {
+		if dev.AllowMultipleAllocations != nil && *dev.AllowMultipleAllocations {
+			shared[dev.Name] = true
+		}
+	}
+	for _, a := range allocated {
+		if shared[a.Device] {
+			continue
+		}
+		for uid, other := range d.state.Claims {
+			if uid == claim.UID {
+				continue
+			}
+			for _, p := range other.Devices {
+				if p.Pool == a.Pool && p.Device == a.Device {
+					return fmt.Errorf("device %s/%s is already prepared for claim %s/%s", a.Pool, a.Device, other.Namespace, other.Name)
+				}
+			}
+		}
+	}
+	return nil
+}

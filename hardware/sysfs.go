@@ -1,0 +1,102 @@
+package hardware
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+)
+
+// Node-root layout written by WriteNode. Drivers are pointed at these
+// directories instead of / so a simulated node looks like a real one.
+const (
+	SysDir     = "sys"
+	ProcDir    = "proc"
+	BootIDFile = "proc/sys/kernel/random/boot_id"
+)
+
+// NVIDIA character device majors as the driver registers them: 195 is
+// fixed, nvidia-uvm gets a dynamic major (511 is what current kernels hand
+// out first).
+const (
+	NvidiaMajor    = 195
+	NvidiaUVMMajor = 511
+)
+
+// PCI vendor ids written to sysfs.
+const (
+	vendorNVIDIA   = "0x10de"
+	vendorMellanox = "0x15b3"
+)
+
+// WriteNode renders a machine under root: a sysfs tree (sys/devices with
+// the PCI hierarchy, sys/bus/pci/devices symlinks, numa_node, vendor, and
+// the net/ and infiniband/ directories of NICs), proc/devices with the
+// NVIDIA majors, and a boot id.
+func WriteNode(root string, m Machine, bootID string) error {
+	sys := filepath.Join(root, SysDir)
+	busDir := filepath.Join(sys, "bus", "pci", "devices")
+	if err := os.MkdirAll(busDir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range m.Functions {
+		if err := writeFunction(sys, busDir, f); err != nil {
+			return fmt.Errorf("%s %d: %w", f.Kind, f.Index, err)
+		}
+	}
+	procDevices := fmt.Sprintf("Character devices:\n  1 mem\n  4 tty\n%3d nvidia-frontend\n%3d nvidia-uvm\n", NvidiaMajor, NvidiaUVMMajor)
+	if err := writeFile(filepath.Join(root, ProcDir, "devices"), procDevices); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(root, BootIDFile), bootID+"\n")
+}
+
+func writeFunction(sys, busDir string, f PCIFunction) error {
+	// Every bridge on the way gets a directory and a numa_node, as in a
+	// real tree.
+	for i := 1; i <= len(f.Path); i++ {
+		dir := filepath.Join(append([]string{sys, "devices"}, f.Path[:i]...)...)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if i > 1 {
+			if err := writeFile(filepath.Join(dir, "numa_node"), strconv.Itoa(f.NUMANode)+"\n"); err != nil {
+				return err
+			}
+		}
+	}
+	dev := filepath.Join(append([]string{sys, "devices"}, f.Path...)...)
+	vendor := vendorNVIDIA
+	if f.Kind == KindNIC {
+		vendor = vendorMellanox
+		for _, sub := range []string{filepath.Join("net", f.NetDev), filepath.Join("infiniband", f.RDMADev)} {
+			if err := os.MkdirAll(filepath.Join(dev, sub), 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	if err := writeFile(filepath.Join(dev, "vendor"), vendor+"\n"); err != nil {
+		return err
+	}
+	// bus/pci/devices/<bdf> -> ../../../devices/<path>, exactly as the
+	// kernel links it.
+	target := filepath.Join(append([]string{"..", "..", "..", "devices"}, f.Path...)...)
+	link := filepath.Join(busDir, f.BusID())
+	if err := os.Symlink(target, link); err != nil && !os.IsExist(err) {
+		return err
+	}
+	return nil
+}
+
+func writeFile(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(content), 0o644)
+}
+
+func sortedStrings(s []string) []string {
+	sort.Strings(s)
+	return s
+}
