@@ -15,11 +15,17 @@ import (
 	"github.com/strata-sh/strata/hardware"
 )
 
-// models maps the layouts' GPU model names to go-nvml's GPU definitions.
+// models maps the layouts' GPU model names to go-nvml's GPU definitions,
+// with the product name NVML reports on real boards of that model.
 var models = map[string]gpus.Config{
-	"A100-SXM4-40GB":  gpus.A100_SXM4_40GB,
-	"H100-SXM5-80GB":  gpus.H100_SXM5_80GB,
-	"H200-SXM5-141GB": gpus.H200_SXM5_141GB,
+	"A100-SXM4-40GB":  named(gpus.A100_SXM4_40GB, "NVIDIA A100-SXM4-40GB"),
+	"H100-SXM5-80GB":  named(gpus.H100_SXM5_80GB, "NVIDIA H100 80GB HBM3"),
+	"H200-SXM5-141GB": named(gpus.H200_SXM5_141GB, "NVIDIA H200"),
+}
+
+func named(c gpus.Config, name string) gpus.Config {
+	c.Name = name
+	return c
 }
 
 // Driver and CUDA versions the mocks report (a current R550 data-center

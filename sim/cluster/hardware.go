@@ -1,0 +1,96 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/google/uuid"
+
+	"github.com/strata-sh/strata/drivers/nvidia"
+	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/hardware/nvmlmock"
+	"github.com/strata-sh/strata/sim/node"
+)
+
+// NodeHardware is the fake hardware of one simulated node. It outlives the
+// node's plugins, so state such as MIG instances survives a plugin
+// restart as it does on a real machine.
+type NodeHardware struct {
+	Machine hardware.Machine
+	// NVML is the node's NVML mock, nil on nodes without NVIDIA GPUs.
+	NVML *server.Server
+	// BootID is the node's current boot id.
+	BootID string
+}
+
+// NodeSpecs expands the cluster into node specs, in group order.
+func (c *Cluster) NodeSpecs() ([]node.Spec, error) {
+	var specs []node.Spec
+	for _, g := range c.NodeGroups {
+		for i := 0; i < g.Count; i++ {
+			spec := node.Spec{
+				Name:     g.NodeName(i),
+				Labels:   g.NodeLabels(i),
+				Taints:   g.Taints,
+				Capacity: g.Capacity(),
+			}
+			if g.Hardware != "" {
+				if err := withHardware(&spec, g.Hardware); err != nil {
+					return nil, err
+				}
+			}
+			specs = append(specs, spec)
+		}
+	}
+	return specs, nil
+}
+
+// withHardware attaches a hardware preset: the fake sysfs/procfs written
+// before plugins start, and the kubelet plugins of the devices it has.
+func withHardware(spec *node.Spec, preset string) error {
+	m, err := hardware.Lookup(preset)
+	if err != nil {
+		return err
+	}
+	hw := &NodeHardware{
+		Machine: m,
+		BootID:  uuid.NewSHA1(uuid.NameSpaceOID, []byte("boot/"+spec.Name)).String(),
+	}
+	if len(m.GPUs()) > 0 {
+		if hw.NVML, err = nvmlmock.New(m, spec.Name); err != nil {
+			return err
+		}
+		spec.Plugins = append(spec.Plugins, node.PluginFactory{Driver: nvidia.DriverName, Start: hw.startNVIDIA})
+	}
+	spec.Hardware = hw
+	spec.Prepare = func(env node.PluginEnv) error {
+		return hardware.WriteNode(env.Root, m, hw.BootID)
+	}
+	return nil
+}
+
+func (hw *NodeHardware) startNVIDIA(ctx context.Context, env node.PluginEnv) (node.Plugin, error) {
+	backend, err := nvidia.New(nvidia.Config{
+		NVML:      hw.NVML,
+		SysfsRoot: filepath.Join(env.Root, hardware.SysDir),
+		ProcRoot:  filepath.Join(env.Root, hardware.ProcDir),
+		DevRoot:   env.Root,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("NVIDIA backend: %w", err)
+	}
+	return plugin.Start(ctx, plugin.Config{
+		DriverName:    nvidia.DriverName,
+		NodeName:      env.NodeName,
+		NodeUID:       env.NodeUID,
+		KubeClient:    env.Client,
+		Backend:       backend,
+		PluginDataDir: env.PluginDir(nvidia.DriverName),
+		RegistrarDir:  env.RegistryDir,
+		CDIDir:        env.CDIDir,
+		BootIDPath:    filepath.Join(env.Root, hardware.BootIDFile),
+	})
+}

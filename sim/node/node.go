@@ -1,0 +1,232 @@
+// Package node simulates Kubernetes nodes for DRA: a Node object, the
+// node's kubelet plugins running in process on fake hardware, and the part
+// of kubelet that drives them. For every pod bound to the node it calls
+// NodePrepareResources over the plugin's gRPC socket, resolves the returned
+// CDI device IDs against the node's CDI spec directory as a container
+// runtime would, and marks the pod Running; when the pod is deleted it
+// calls NodeUnprepareResources and finalizes the deletion.
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+)
+
+// maxSocketPath is the longest path a unix socket can be bound to on Linux.
+const maxSocketPath = 107
+
+// Spec describes one simulated node.
+type Spec struct {
+	Name   string
+	Labels map[string]string
+	Taints []corev1.Taint
+	// Capacity is reported as both capacity and allocatable.
+	Capacity corev1.ResourceList
+	// Plugins are the kubelet plugins that run on the node.
+	Plugins []PluginFactory
+	// Hardware is the node's fake hardware, for tests to inspect.
+	Hardware any
+	// Prepare, if set, lays out the node's fake hardware under the node
+	// root before any plugin starts.
+	Prepare func(env PluginEnv) error
+}
+
+// PluginEnv is what a kubelet plugin on a simulated node is given: the same
+// things a DaemonSet pod would get through its host mounts and downward
+// API.
+type PluginEnv struct {
+	NodeName string
+	NodeUID  types.UID
+	Client   kubernetes.Interface
+	// Root is the node's private directory; fake sysfs and procfs live in
+	// it (see package hardware).
+	Root string
+	// RegistryDir is the kubelet plugin registration directory.
+	RegistryDir string
+	// CDIDir is the container runtime's CDI spec directory.
+	CDIDir string
+}
+
+// PluginDir returns the data directory of one driver's plugin.
+func (e PluginEnv) PluginDir(driver string) string {
+	return filepath.Join(e.Root, "plugins", driver)
+}
+
+// Plugin is a running kubelet plugin.
+type Plugin interface {
+	Stop()
+}
+
+// PluginFactory starts one driver's plugin on a node.
+type PluginFactory struct {
+	Driver string
+	Start  func(ctx context.Context, env PluginEnv) (Plugin, error)
+}
+
+// Node is a simulated node with its plugins.
+type Node struct {
+	Spec Spec
+	Env  PluginEnv
+
+	clients *pluginClients
+	runtime *containerRuntime
+
+	mu      sync.Mutex
+	plugins map[string]Plugin
+	// claims are the prepared claims of the node, by UID, with the pods
+	// using each; a claim is unprepared when its last pod goes.
+	claims map[types.UID]*preparedClaim
+}
+
+type preparedClaim struct {
+	namespace, name string
+	drivers         []string
+	pods            map[types.UID]bool
+}
+
+// newNode creates the Node object and the node's directories and starts
+// its plugins.
+func newNode(ctx context.Context, client kubernetes.Interface, baseDir string, spec Spec) (*Node, error) {
+	obj, err := createNodeObject(ctx, client, spec)
+	if err != nil {
+		return nil, err
+	}
+	root := filepath.Join(baseDir, spec.Name)
+	env := PluginEnv{
+		NodeName:    spec.Name,
+		NodeUID:     obj.UID,
+		Client:      client,
+		Root:        root,
+		RegistryDir: filepath.Join(root, "registry"),
+		CDIDir:      filepath.Join(root, "cdi"),
+	}
+	for _, p := range spec.Plugins {
+		if sock := filepath.Join(env.PluginDir(p.Driver), "dra.sock"); len(sock) > maxSocketPath {
+			return nil, fmt.Errorf("node %s: socket path %s is longer than %d bytes; use a shorter work directory", spec.Name, sock, maxSocketPath)
+		}
+	}
+	for _, dir := range []string{env.RegistryDir, env.CDIDir} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if spec.Prepare != nil {
+		if err := spec.Prepare(env); err != nil {
+			return nil, fmt.Errorf("node %s: prepare hardware: %w", spec.Name, err)
+		}
+	}
+	rt, err := newContainerRuntime(env.CDIDir)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		Spec:    spec,
+		Env:     env,
+		clients: newPluginClients(env.RegistryDir),
+		runtime: rt,
+		plugins: map[string]Plugin{},
+		claims:  map[types.UID]*preparedClaim{},
+	}
+	for _, p := range spec.Plugins {
+		if err := n.startPlugin(ctx, p); err != nil {
+			n.stop()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+func (n *Node) startPlugin(ctx context.Context, p PluginFactory) error {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "node", n.Spec.Name, "driver", p.Driver)
+	plugin, err := p.Start(klog.NewContext(ctx, logger), n.Env)
+	if err != nil {
+		return fmt.Errorf("node %s: start %s plugin: %w", n.Spec.Name, p.Driver, err)
+	}
+	n.mu.Lock()
+	n.plugins[p.Driver] = plugin
+	n.mu.Unlock()
+	return nil
+}
+
+// RestartPlugin stops a driver's plugin and starts a new instance on the
+// same directories, as when its DaemonSet pod is replaced.
+func (n *Node) RestartPlugin(ctx context.Context, driver string) error {
+	n.mu.Lock()
+	old := n.plugins[driver]
+	delete(n.plugins, driver)
+	n.mu.Unlock()
+	if old != nil {
+		old.Stop()
+	}
+	for _, p := range n.Spec.Plugins {
+		if p.Driver == driver {
+			return n.startPlugin(ctx, p)
+		}
+	}
+	return fmt.Errorf("node %s has no %s plugin", n.Spec.Name, driver)
+}
+
+// Plugin returns the running plugin of a driver, or nil.
+func (n *Node) Plugin(driver string) Plugin {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.plugins[driver]
+}
+
+func (n *Node) stop() {
+	n.mu.Lock()
+	plugins := n.plugins
+	n.plugins = map[string]Plugin{}
+	n.mu.Unlock()
+	for _, p := range plugins {
+		p.Stop()
+	}
+	n.clients.close()
+}
+
+func createNodeObject(ctx context.Context, client kubernetes.Interface, spec Spec) (*corev1.Node, error) {
+	labels := map[string]string{
+		corev1.LabelHostname:   spec.Name,
+		corev1.LabelOSStable:   "linux",
+		corev1.LabelArchStable: "amd64",
+	}
+	for k, v := range spec.Labels {
+		labels[k] = v
+	}
+	obj := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Labels: labels},
+		Spec:       corev1.NodeSpec{Taints: spec.Taints},
+	}
+	created, err := client.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = client.CoreV1().Nodes().Get(ctx, spec.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create node %s: %w", spec.Name, err)
+	}
+	created.Status = corev1.NodeStatus{
+		Capacity:    spec.Capacity,
+		Allocatable: spec.Capacity,
+		Phase:       corev1.NodeRunning,
+		Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			Message: "simulated kubelet is posting ready status", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+		}},
+		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.36.3", OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "strata-sim://1"},
+	}
+	updated, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("set status of node %s: %w", spec.Name, err)
+	}
+	return updated, nil
+}

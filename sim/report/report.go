@@ -1,0 +1,278 @@
+// Package report describes the state of a simulated cluster for people
+// (a table) and for scripts (JSON). The JSON schema is documented in
+// docs/strata-sim.md and is a public interface: fields are only added.
+package report
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/strata-sh/strata/sim/node"
+)
+
+// APIVersion and Kind of a JSON report.
+const (
+	APIVersion = "sim.strata.sh/v1alpha1"
+	Kind       = "Report"
+)
+
+// Report is the state of the cluster after the manifests were applied.
+type Report struct {
+	APIVersion string  `json:"apiVersion"`
+	Kind       string  `json:"kind"`
+	Cluster    string  `json:"cluster,omitempty"`
+	Summary    Summary `json:"summary"`
+	Nodes      []Node  `json:"nodes"`
+	Pods       []Pod   `json:"pods"`
+	Claims     []Claim `json:"claims"`
+}
+
+// Summary counts what the rest of the report lists.
+type Summary struct {
+	Nodes            int `json:"nodes"`
+	Pods             int `json:"pods"`
+	Running          int `json:"running"`
+	Pending          int `json:"pending"`
+	Succeeded        int `json:"succeeded"`
+	Failed           int `json:"failed"`
+	Claims           int `json:"claims"`
+	AllocatedClaims  int `json:"allocatedClaims"`
+	PublishedDevices int `json:"publishedDevices"`
+	AllocatedDevices int `json:"allocatedDevices"`
+}
+
+// Node is one node with its device counts.
+type Node struct {
+	Name             string            `json:"name"`
+	Labels           map[string]string `json:"labels,omitempty"`
+	PublishedDevices int               `json:"publishedDevices"`
+	AllocatedDevices int               `json:"allocatedDevices"`
+}
+
+// Pod is one pod: where it runs, or why it does not.
+type Pod struct {
+	Namespace     string `json:"namespace"`
+	Name          string `json:"name"`
+	SchedulerName string `json:"schedulerName"`
+	Node          string `json:"node,omitempty"`
+	Phase         string `json:"phase"`
+	// Reason and Message explain a pod that is not running: the
+	// scheduler's Unschedulable condition, or the last warning event
+	// (a failed prepare on the node, for example).
+	Reason  string     `json:"reason,omitempty"`
+	Message string     `json:"message,omitempty"`
+	Claims  []PodClaim `json:"claims,omitempty"`
+	// Containers is what the container runtime injected from CDI specs,
+	// by container name.
+	Containers map[string]node.Container `json:"containers,omitempty"`
+}
+
+// PodClaim is one entry of pod.spec.resourceClaims.
+type PodClaim struct {
+	// Name is the entry's name in the pod spec.
+	Name string `json:"name"`
+	// ResourceClaim is the claim's object name, empty until generated.
+	ResourceClaim string   `json:"resourceClaim,omitempty"`
+	Devices       []Device `json:"devices,omitempty"`
+}
+
+// Device is one allocated device.
+type Device struct {
+	Request string `json:"request"`
+	Driver  string `json:"driver"`
+	Pool    string `json:"pool"`
+	Device  string `json:"device"`
+}
+
+// Claim is one ResourceClaim.
+type Claim struct {
+	Namespace   string   `json:"namespace"`
+	Name        string   `json:"name"`
+	Allocated   bool     `json:"allocated"`
+	ReservedFor []string `json:"reservedFor,omitempty"`
+	Devices     []Device `json:"devices,omitempty"`
+}
+
+// Containers looks up what a running pod's containers were given.
+type Containers func(types.UID) map[string]node.Container
+
+// Collect reads the cluster state through the API.
+func Collect(ctx context.Context, client kubernetes.Interface, cluster string, containers Containers) (*Report, error) {
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	claims, err := client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list claims: %w", err)
+	}
+	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list resource slices: %w", err)
+	}
+	events, err := client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+
+	r := &Report{APIVersion: APIVersion, Kind: Kind, Cluster: cluster}
+	claimByKey := map[string]*resourceapi.ResourceClaim{}
+	allocatedOnNode := map[string]int{}
+	for i := range claims.Items {
+		c := &claims.Items[i]
+		claimByKey[c.Namespace+"/"+c.Name] = c
+		r.Claims = append(r.Claims, claimReport(c))
+		if c.Status.Allocation != nil {
+			r.Summary.AllocatedClaims++
+			for _, res := range c.Status.Allocation.Devices.Results {
+				allocatedOnNode[res.Pool]++
+				r.Summary.AllocatedDevices++
+			}
+		}
+	}
+	r.Summary.Claims = len(claims.Items)
+	published := map[string]int{}
+	for _, s := range slices.Items {
+		if s.Spec.NodeName != nil {
+			published[*s.Spec.NodeName] += len(s.Spec.Devices)
+		}
+		r.Summary.PublishedDevices += len(s.Spec.Devices)
+	}
+	for _, n := range nodes.Items {
+		r.Nodes = append(r.Nodes, Node{Name: n.Name, Labels: userLabels(n.Labels), PublishedDevices: published[n.Name], AllocatedDevices: allocatedOnNode[n.Name]})
+	}
+	r.Summary.Nodes = len(nodes.Items)
+	warnings := lastWarnings(events.Items)
+	for i := range pods.Items {
+		p := podReport(&pods.Items[i], claimByKey, warnings, containers)
+		r.Pods = append(r.Pods, p)
+		r.Summary.Pods++
+		switch corev1.PodPhase(p.Phase) {
+		case corev1.PodRunning:
+			r.Summary.Running++
+		case corev1.PodSucceeded:
+			r.Summary.Succeeded++
+		case corev1.PodFailed:
+			r.Summary.Failed++
+		default:
+			r.Summary.Pending++
+		}
+	}
+	sort.Slice(r.Nodes, func(i, j int) bool { return r.Nodes[i].Name < r.Nodes[j].Name })
+	sort.Slice(r.Pods, func(i, j int) bool { return key(r.Pods[i].Namespace, r.Pods[i].Name) < key(r.Pods[j].Namespace, r.Pods[j].Name) })
+	sort.Slice(r.Claims, func(i, j int) bool {
+		return key(r.Claims[i].Namespace, r.Claims[i].Name) < key(r.Claims[j].Namespace, r.Claims[j].Name)
+	})
+	return r, nil
+}
+
+func key(ns, name string) string { return ns + "/" + name }
+
+func claimReport(c *resourceapi.ResourceClaim) Claim {
+	out := Claim{Namespace: c.Namespace, Name: c.Name, Allocated: c.Status.Allocation != nil}
+	for _, ref := range c.Status.ReservedFor {
+		out.ReservedFor = append(out.ReservedFor, ref.Resource+"/"+ref.Name)
+	}
+	out.Devices = devices(c)
+	return out
+}
+
+func devices(c *resourceapi.ResourceClaim) []Device {
+	if c == nil || c.Status.Allocation == nil {
+		return nil
+	}
+	var out []Device
+	for _, res := range c.Status.Allocation.Devices.Results {
+		out = append(out, Device{Request: res.Request, Driver: res.Driver, Pool: res.Pool, Device: res.Device})
+	}
+	return out
+}
+
+func podReport(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim, warnings map[types.UID]corev1.Event, containers Containers) Pod {
+	p := Pod{
+		Namespace:     pod.Namespace,
+		Name:          pod.Name,
+		SchedulerName: pod.Spec.SchedulerName,
+		Node:          pod.Spec.NodeName,
+		Phase:         string(pod.Status.Phase),
+	}
+	for _, pc := range pod.Spec.ResourceClaims {
+		entry := PodClaim{Name: pc.Name}
+		if pc.ResourceClaimName != nil {
+			entry.ResourceClaim = *pc.ResourceClaimName
+		}
+		for _, st := range pod.Status.ResourceClaimStatuses {
+			if st.Name == pc.Name && st.ResourceClaimName != nil {
+				entry.ResourceClaim = *st.ResourceClaimName
+			}
+		}
+		if entry.ResourceClaim != "" {
+			entry.Devices = devices(claims[pod.Namespace+"/"+entry.ResourceClaim])
+		}
+		p.Claims = append(p.Claims, entry)
+	}
+	if pod.Status.Phase == corev1.PodRunning {
+		if containers != nil {
+			p.Containers = containers(pod.UID)
+		}
+		return p
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			p.Reason, p.Message = c.Reason, c.Message
+		}
+	}
+	if ev, ok := warnings[pod.UID]; ok && (p.Reason == "" || pod.Spec.NodeName != "") {
+		p.Reason, p.Message = ev.Reason, ev.Message
+	}
+	return p
+}
+
+// lastWarnings returns the newest warning event of every object.
+func lastWarnings(events []corev1.Event) map[types.UID]corev1.Event {
+	out := map[types.UID]corev1.Event{}
+	for _, ev := range events {
+		uid := ev.InvolvedObject.UID
+		if old, ok := out[uid]; !ok || eventTime(ev).After(eventTime(old).Time) {
+			out[uid] = ev
+		}
+	}
+	return out
+}
+
+func eventTime(ev corev1.Event) metav1.Time {
+	if !ev.LastTimestamp.IsZero() {
+		return ev.LastTimestamp
+	}
+	if !ev.EventTime.IsZero() {
+		return metav1.NewTime(ev.EventTime.Time)
+	}
+	return ev.CreationTimestamp
+}
+
+// userLabels drops the labels every node has.
+func userLabels(labels map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range labels {
+		switch k {
+		case corev1.LabelHostname, corev1.LabelOSStable, corev1.LabelArchStable:
+			continue
+		}
+		out[k] = v
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}

@@ -1,0 +1,76 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes the report as aligned text tables.
+func (r *Report) WriteTable(w io.Writer) error {
+	s := r.Summary
+	title := "Cluster"
+	if r.Cluster != "" {
+		title += " " + r.Cluster
+	}
+	fmt.Fprintf(w, "%s: %d nodes, %d pods (%d running, %d pending, %d failed), %d/%d claims allocated, %d/%d devices allocated\n\n",
+		title, s.Nodes, s.Pods, s.Running, s.Pending, s.Failed, s.AllocatedClaims, s.Claims, s.AllocatedDevices, s.PublishedDevices)
+
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tPOD\tNODE\tPHASE\tCLAIM\tDEVICES")
+	for _, p := range r.Pods {
+		node := p.Node
+		if node == "" {
+			node = "<none>"
+		}
+		if len(p.Claims) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t-\t-\n", p.Namespace, p.Name, node, p.Phase)
+		}
+		for i, c := range p.Claims {
+			ns, name, n, phase := p.Namespace, p.Name, node, p.Phase
+			if i > 0 {
+				ns, name, n, phase = "", "", "", ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ns, name, n, phase, c.Name, deviceList(c.Devices))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	var pending []Pod
+	for _, p := range r.Pods {
+		if p.Reason != "" {
+			pending = append(pending, p)
+		}
+	}
+	if len(pending) > 0 {
+		fmt.Fprintln(w, "\nNot running:")
+		for _, p := range pending {
+			fmt.Fprintf(w, "  %s/%s: %s: %s\n", p.Namespace, p.Name, p.Reason, oneLine(p.Message))
+		}
+	}
+	return nil
+}
+
+func deviceList(devs []Device) string {
+	if len(devs) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(devs))
+	for _, d := range devs {
+		parts = append(parts, fmt.Sprintf("%s/%s/%s", d.Driver, d.Pool, d.Device))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

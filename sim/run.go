@@ -1,0 +1,109 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/strata-sh/strata/sim/apply"
+	"github.com/strata-sh/strata/sim/cluster"
+)
+
+// Report formats.
+const (
+	FormatTable = "table"
+	FormatJSON  = "json"
+)
+
+// RunOptions are the options of "strata-sim run".
+type RunOptions struct {
+	ClusterFile string
+	Manifests   []string
+	// Once exits after the report; otherwise the cluster keeps serving
+	// until ctx ends.
+	Once bool
+	// Format is FormatTable or FormatJSON.
+	Format string
+	// KubeconfigOut, if set, receives an admin kubeconfig.
+	KubeconfigOut string
+	// Timeout bounds the wait for pods to settle.
+	Timeout time.Duration
+	// Quiet is how long nothing may change before the cluster counts as
+	// settled.
+	Quiet time.Duration
+	// Dir is the work directory ("" for a temporary one).
+	Dir string
+	Out io.Writer
+}
+
+// Validate checks options before anything starts.
+func (o *RunOptions) Validate() error {
+	if o.ClusterFile == "" {
+		return fmt.Errorf("--cluster is required")
+	}
+	if o.Format != FormatTable && o.Format != FormatJSON {
+		return fmt.Errorf("--report must be %q or %q, not %q", FormatTable, FormatJSON, o.Format)
+	}
+	if o.Timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive")
+	}
+	return nil
+}
+
+// Run is "strata-sim run": boot the cluster, apply the manifests, wait
+// for the pods to settle, print the report, and (without Once) keep
+// serving until ctx ends.
+func Run(ctx context.Context, o RunOptions) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	c, err := cluster.Load(o.ClusterFile)
+	if err != nil {
+		return err
+	}
+	// Read manifests before booting so that a typo fails in milliseconds.
+	objs, err := apply.ReadPaths(o.Manifests)
+	if err != nil {
+		return err
+	}
+	s, err := Start(ctx, Config{Cluster: c, Dir: o.Dir})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	if o.KubeconfigOut != "" {
+		if err := s.ControlPlane.WriteKubeconfig(o.KubeconfigOut); err != nil {
+			return err
+		}
+		logger.Info("Kubeconfig written", "path", o.KubeconfigOut)
+	}
+	if err := s.Apply(ctx, objs); err != nil {
+		return err
+	}
+	settled, err := s.WaitSettled(ctx, o.Quiet, o.Timeout)
+	if err != nil {
+		return err
+	}
+	if !settled {
+		logger.Info("Pods did not settle before the timeout; reporting the current state", "timeout", o.Timeout)
+	}
+	r, err := s.Report(ctx)
+	if err != nil {
+		return err
+	}
+	if o.Format == FormatJSON {
+		err = r.WriteJSON(o.Out)
+	} else {
+		err = r.WriteTable(o.Out)
+	}
+	if err != nil || o.Once {
+		return err
+	}
+	logger.Info("Serving until interrupted", "apiServer", s.ControlPlane.Config.Host)
+	<-ctx.Done()
+	return nil
+}

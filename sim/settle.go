@@ -1,0 +1,106 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/strata-sh/strata/sim/node"
+)
+
+// WaitSettled waits until every pod has reached a resting state (running,
+// finished, unschedulable, or failing to prepare on its node) and nothing
+// has changed for quiet. It returns false if timeout passes first.
+func (s *Sim) WaitSettled(ctx context.Context, quiet, timeout time.Duration) (bool, error) {
+	deadline := time.Now().Add(timeout)
+	var last string
+	stableSince := time.Now()
+	for {
+		fp, resting, err := s.snapshot(ctx)
+		if err != nil {
+			return false, err
+		}
+		if fp != last {
+			last, stableSince = fp, time.Now()
+		}
+		if resting && time.Since(stableSince) >= quiet {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// snapshot fingerprints the pods and reports whether all are resting.
+func (s *Sim) snapshot(ctx context.Context) (string, bool, error) {
+	pods, err := s.ControlPlane.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", false, fmt.Errorf("list pods: %w", err)
+	}
+	var failing map[types.UID]bool
+	resting := true
+	parts := make([]string, 0, len(pods.Items))
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		parts = append(parts, fmt.Sprintf("%s/%s/%s/%s/%s/%s", p.Namespace, p.Name, p.UID, p.Status.Phase, p.Spec.NodeName, scheduledCondition(p)))
+		if isResting(p) {
+			continue
+		}
+		if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodPending {
+			if failing == nil {
+				if failing, err = s.failingPrepare(ctx); err != nil {
+					return "", false, err
+				}
+			}
+			if failing[p.UID] {
+				continue
+			}
+		}
+		resting = false
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "\n"), resting, nil
+}
+
+func isResting(p *corev1.Pod) bool {
+	switch p.Status.Phase {
+	case corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed:
+		return p.DeletionTimestamp == nil
+	}
+	return p.Spec.NodeName == "" && scheduledCondition(p) == corev1.PodReasonUnschedulable
+}
+
+func scheduledCondition(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
+func (s *Sim) failingPrepare(ctx context.Context) (map[types.UID]bool, error) {
+	events, err := s.ControlPlane.Client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: "reason=" + node.ReasonFailedPrepare,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	out := map[types.UID]bool{}
+	for _, ev := range events.Items {
+		out[ev.InvolvedObject.UID] = true
+	}
+	return out, nil
+}

@@ -1,0 +1,140 @@
+// Package sim is strata-sim: a Kubernetes cluster in one process, with a
+// real control plane (package controlplane), simulated nodes running
+// Strata's kubelet plugins on fake hardware (package node) and a report of
+// where everything landed (package report).
+package sim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/strata-sh/strata/deployments"
+	"github.com/strata-sh/strata/sim/apply"
+	"github.com/strata-sh/strata/sim/cluster"
+	"github.com/strata-sh/strata/sim/controlplane"
+	"github.com/strata-sh/strata/sim/node"
+	"github.com/strata-sh/strata/sim/report"
+)
+
+// Config configures a simulated cluster.
+type Config struct {
+	// Cluster lists the nodes.
+	Cluster *cluster.Cluster
+	// Dir is the work directory; empty means a new temporary one that
+	// Stop removes. Keep it short: node plugin sockets live below it.
+	Dir string
+	// ControlPlane configures the API server and scheduler.
+	ControlPlane controlplane.Options
+	// NodeWorkers is the number of parallel pod syncs across all nodes.
+	NodeWorkers int
+}
+
+// Sim is a running simulated cluster.
+type Sim struct {
+	ControlPlane *controlplane.ControlPlane
+	Nodes        *node.Manager
+	Cluster      *cluster.Cluster
+	applier      *apply.Applier
+	dir          string
+	ownDir       bool
+}
+
+// Start boots the control plane, installs Strata's cluster objects
+// (DeviceClasses) and creates the nodes with their plugins.
+func Start(ctx context.Context, cfg Config) (_ *Sim, finalErr error) {
+	logger := klog.FromContext(ctx)
+	s := &Sim{Cluster: cfg.Cluster, dir: cfg.Dir}
+	if s.dir == "" {
+		dir, err := os.MkdirTemp("", "strata-")
+		if err != nil {
+			return nil, err
+		}
+		s.dir, s.ownDir = dir, true
+	}
+	defer func() {
+		if finalErr != nil {
+			s.Stop()
+		}
+	}()
+	cpOpts := cfg.ControlPlane
+	if cpOpts.Dir == "" {
+		cpOpts.Dir = filepath.Join(s.dir, "cp")
+	}
+	start := time.Now()
+	cp, err := controlplane.Start(ctx, cpOpts)
+	if err != nil {
+		return nil, err
+	}
+	s.ControlPlane = cp
+	if s.applier, err = apply.New(cp.Config); err != nil {
+		return nil, err
+	}
+	if err := s.installStrata(ctx); err != nil {
+		return nil, err
+	}
+	workers := cfg.NodeWorkers
+	if workers == 0 {
+		workers = 8
+	}
+	if s.Nodes, err = node.NewManager(ctx, cp.Client, filepath.Join(s.dir, "n"), workers); err != nil {
+		return nil, err
+	}
+	specs, err := cfg.Cluster.NodeSpecs()
+	if err != nil {
+		return nil, err
+	}
+	for _, spec := range specs {
+		if _, err := s.Nodes.AddNode(ctx, spec); err != nil {
+			return nil, err
+		}
+	}
+	logger.V(1).Info("Simulated cluster ready", "nodes", len(specs), "duration", time.Since(start))
+	return s, nil
+}
+
+func (s *Sim) installStrata(ctx context.Context) error {
+	classes, err := deployments.DeviceClasses()
+	if err != nil {
+		return err
+	}
+	var objs []apply.Object
+	for name, raw := range classes {
+		got, err := apply.Decode(raw, "deviceclasses/"+name)
+		if err != nil {
+			return err
+		}
+		objs = append(objs, got...)
+	}
+	if err := s.applier.Apply(ctx, objs); err != nil {
+		return fmt.Errorf("install Strata DeviceClasses: %w", err)
+	}
+	return nil
+}
+
+// Apply creates the objects of manifests.
+func (s *Sim) Apply(ctx context.Context, objs []apply.Object) error {
+	return s.applier.Apply(ctx, objs)
+}
+
+// Report collects the current state.
+func (s *Sim) Report(ctx context.Context) (*report.Report, error) {
+	return report.Collect(ctx, s.ControlPlane.Client, s.Cluster.Name, s.Nodes.Containers)
+}
+
+// Stop shuts the nodes and the control plane down.
+func (s *Sim) Stop() {
+	if s.Nodes != nil {
+		s.Nodes.Stop()
+	}
+	if s.ControlPlane != nil {
+		s.ControlPlane.Stop()
+	}
+	if s.ownDir {
+		os.RemoveAll(s.dir)
+	}
+}
