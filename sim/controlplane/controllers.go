@@ -3,6 +3,16 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	cacheddiscovery "k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/controller-manager/pkg/informerfactory"
+	"k8s.io/kubernetes/pkg/controller/garbagecollector"
 
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
@@ -13,11 +23,14 @@ import (
 )
 
 // startControllers runs the kube-controller-manager controllers that DRA
-// depends on. Only the ResourceClaim controller is needed: it creates
-// claims from ResourceClaimTemplates, removes finished pods from
-// status.reservedFor, deallocates unreserved claims and deletes the claims
-// it generated once their pod is gone.
-func startControllers(ctx context.Context, client kubernetes.Interface) error {
+// depends on: the ResourceClaim controller creates claims from
+// ResourceClaimTemplates, removes finished pods from status.reservedFor and
+// deallocates unreserved claims; the garbage collector deletes generated
+// claims (and any other dependents) once their owner is gone.
+func startControllers(ctx context.Context, config *restclient.Config, client kubernetes.Interface) error {
+	if err := startGarbageCollector(ctx, config, client); err != nil {
+		return err
+	}
 	logger := klog.LoggerWithName(klog.FromContext(ctx), "resourceclaim-controller")
 	factory := informers.NewSharedInformerFactory(client, 0)
 	workloadClaims := utilfeature.DefaultFeatureGate.Enabled(features.DRAWorkloadResourceClaims)
@@ -45,5 +58,32 @@ func startControllers(ctx context.Context, client kubernetes.Interface) error {
 	}
 	factory.Start(ctx.Done())
 	go ctrl.Run(klog.NewContext(ctx, logger), 10)
+	return nil
+}
+
+func startGarbageCollector(ctx context.Context, config *restclient.Config, client kubernetes.Interface) error {
+	metadataClient, err := metadata.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(cacheddiscovery.NewMemCacheClient(client.Discovery()))
+	mapper.Reset()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	metadataInformers := metadatainformer.NewSharedInformerFactory(metadataClient, 0)
+	started := make(chan struct{})
+	close(started)
+	gc, err := garbagecollector.NewGarbageCollector(ctx, client, metadataClient, mapper,
+		garbagecollector.DefaultIgnoredResources(),
+		informerfactory.NewInformerFactory(factory, metadataInformers), started)
+	if err != nil {
+		return fmt.Errorf("create garbage collector: %w", err)
+	}
+	// The graph builder picks up new resource types (CRDs) on each sync.
+	const syncPeriod = 5 * time.Second
+	go wait.Until(mapper.Reset, syncPeriod, ctx.Done())
+	go gc.Run(ctx, 5, syncPeriod)
+	go gc.Sync(ctx, client.Discovery(), syncPeriod)
+	factory.Start(ctx.Done())
+	metadataInformers.Start(ctx.Done())
 	return nil
 }

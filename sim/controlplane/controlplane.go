@@ -94,7 +94,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, finalErr error) 
 	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
 		return nil, err
 	}
-	if err := startControllers(ctx, cp.Client); err != nil {
+	if err := startControllers(ctx, cp.Config, cp.Client); err != nil {
 		return nil, err
 	}
 	if !opts.NoScheduler {

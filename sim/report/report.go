@@ -170,7 +170,9 @@ func Collect(ctx context.Context, client kubernetes.Interface, cluster string, c
 		}
 	}
 	sort.Slice(r.Nodes, func(i, j int) bool { return r.Nodes[i].Name < r.Nodes[j].Name })
-	sort.Slice(r.Pods, func(i, j int) bool { return key(r.Pods[i].Namespace, r.Pods[i].Name) < key(r.Pods[j].Namespace, r.Pods[j].Name) })
+	sort.Slice(r.Pods, func(i, j int) bool {
+		return key(r.Pods[i].Namespace, r.Pods[i].Name) < key(r.Pods[j].Namespace, r.Pods[j].Name)
+	})
 	sort.Slice(r.Claims, func(i, j int) bool {
 		return key(r.Claims[i].Namespace, r.Claims[i].Name) < key(r.Claims[j].Namespace, r.Claims[j].Name)
 	})

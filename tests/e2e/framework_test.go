@@ -1,0 +1,224 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/strata-sh/strata/drivers/nvidia"
+	"github.com/strata-sh/strata/sim"
+	"github.com/strata-sh/strata/sim/cluster"
+	"github.com/strata-sh/strata/sim/node"
+)
+
+// env is one simulated cluster for a test.
+type env struct {
+	t      *testing.T
+	ctx    context.Context
+	sim    *sim.Sim
+	client kubernetes.Interface
+}
+
+// startCluster boots a simulated cluster from a cluster file body and
+// stops it when the test ends.
+func startCluster(t *testing.T, clusterYAML string) *env {
+	t.Helper()
+	c, err := cluster.Parse([]byte(clusterYAML))
+	if err != nil {
+		t.Fatalf("cluster file: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := sim.Start(ctx, sim.Config{Cluster: c})
+	if err != nil {
+		cancel()
+		t.Fatalf("start simulated cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Stop()
+		cancel()
+	})
+	return &env{t: t, ctx: ctx, sim: s, client: s.ControlPlane.Client}
+}
+
+// eventually polls cond until it returns true, failing the test with msg
+// after timeout.
+func (e *env) eventually(timeout time.Duration, msg string, cond func(ctx context.Context) (bool, error)) {
+	e.t.Helper()
+	if err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, timeout, true, cond); err != nil {
+		e.t.Fatalf("%s: %v", msg, err)
+	}
+}
+
+func (e *env) createPod(pod *corev1.Pod) *corev1.Pod {
+	e.t.Helper()
+	created, err := e.client.CoreV1().Pods(pod.Namespace).Create(e.ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatalf("create pod %s: %v", pod.Name, err)
+	}
+	return created
+}
+
+func (e *env) createTemplate(tmpl *resourceapi.ResourceClaimTemplate) {
+	e.t.Helper()
+	if _, err := e.client.ResourceV1().ResourceClaimTemplates(tmpl.Namespace).Create(e.ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		e.t.Fatalf("create claim template %s: %v", tmpl.Name, err)
+	}
+}
+
+// waitRunning waits for a pod to run and returns it.
+func (e *env) waitRunning(ns, name string) *corev1.Pod {
+	e.t.Helper()
+	var pod *corev1.Pod
+	e.eventually(30*time.Second, fmt.Sprintf("pod %s/%s running", ns, name), func(ctx context.Context) (bool, error) {
+		p, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		pod = p
+		return p.Status.Phase == corev1.PodRunning, nil
+	})
+	return pod
+}
+
+// waitUnschedulable waits for the scheduler to give up on a pod and
+// returns its PodScheduled condition.
+func (e *env) waitUnschedulable(ns, name string) corev1.PodCondition {
+	e.t.Helper()
+	var cond corev1.PodCondition
+	e.eventually(30*time.Second, fmt.Sprintf("pod %s/%s unschedulable", ns, name), func(ctx context.Context) (bool, error) {
+		p, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				cond = c
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return cond
+}
+
+// deletePod deletes a pod and waits until the node agent has finalized it.
+func (e *env) deletePod(ns, name string) {
+	e.t.Helper()
+	if err := e.client.CoreV1().Pods(ns).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+		e.t.Fatalf("delete pod %s/%s: %v", ns, name, err)
+	}
+	e.eventually(30*time.Second, fmt.Sprintf("pod %s/%s gone", ns, name), func(ctx context.Context) (bool, error) {
+		_, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// podClaim returns the ResourceClaim behind a pod's claim entry.
+func (e *env) podClaim(pod *corev1.Pod, entry string) *resourceapi.ResourceClaim {
+	e.t.Helper()
+	for _, st := range pod.Status.ResourceClaimStatuses {
+		if st.Name == entry && st.ResourceClaimName != nil {
+			c, err := e.client.ResourceV1().ResourceClaims(pod.Namespace).Get(e.ctx, *st.ResourceClaimName, metav1.GetOptions{})
+			if err != nil {
+				e.t.Fatalf("get claim %s: %v", *st.ResourceClaimName, err)
+			}
+			return c
+		}
+	}
+	e.t.Fatalf("pod %s has no generated claim for %q", pod.Name, entry)
+	return nil
+}
+
+func (e *env) node(name string) *node.Node {
+	e.t.Helper()
+	n := e.sim.Nodes.Node(name)
+	if n == nil {
+		e.t.Fatalf("no simulated node %s", name)
+	}
+	return n
+}
+
+// hardware returns a node's fake hardware.
+func (e *env) hardware(name string) *cluster.NodeHardware {
+	return e.node(name).Spec.Hardware.(*cluster.NodeHardware)
+}
+
+// cdiSpecPath is where the NVIDIA plugin writes a claim's CDI spec.
+func (e *env) cdiSpecPath(nodeName string, claimUID types.UID) string {
+	return filepath.Join(e.node(nodeName).Env.CDIDir, fmt.Sprintf("%s-claim_%s.json", nvidia.DriverName, claimUID))
+}
+
+func readCDISpec(t *testing.T, path string) *cdispec.Spec {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read CDI spec: %v", err)
+	}
+	spec := &cdispec.Spec{}
+	if err := json.Unmarshal(raw, spec); err != nil {
+		t.Fatalf("decode CDI spec %s: %v", path, err)
+	}
+	return spec
+}
+
+// checkpointClaims returns the claim UIDs and phases in a plugin's
+// checkpoint file.
+func (e *env) checkpointClaims(nodeName, driver string) map[string]string {
+	e.t.Helper()
+	raw, err := os.ReadFile(filepath.Join(e.node(nodeName).Env.PluginDir(driver), "checkpoint.json"))
+	if err != nil {
+		e.t.Fatalf("read checkpoint: %v", err)
+	}
+	var file struct {
+		Data struct {
+			Claims map[string]struct {
+				Phase string `json:"phase"`
+			} `json:"claims"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &file); err != nil {
+		e.t.Fatalf("decode checkpoint: %v", err)
+	}
+	out := map[string]string{}
+	for uid, c := range file.Data.Claims {
+		out[uid] = c.Phase
+	}
+	return out
+}
+
+// slicesOf returns the devices a driver published for a node.
+func (e *env) devicesOf(nodeName, driver string) map[string]resourceapi.Device {
+	e.t.Helper()
+	slices, err := e.client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatalf("list slices: %v", err)
+	}
+	out := map[string]resourceapi.Device{}
+	for _, s := range slices.Items {
+		if s.Spec.Driver != driver || s.Spec.NodeName == nil || *s.Spec.NodeName != nodeName {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			out[d.Name] = d
+		}
+	}
+	return out
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
