@@ -63,4 +63,3 @@ func run(args []string) error {
 	defer klog.Flush()
 	return sim.Run(ctx, opts)
 }
-

@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/yaml"
 
 	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/internal/decode"
 )
 
 // APIVersion and Kind of a cluster file.
@@ -81,7 +81,7 @@ func Load(path string) (*Cluster, error) {
 // Parse decodes and validates a cluster file.
 func Parse(raw []byte) (*Cluster, error) {
 	c := &Cluster{}
-	if err := yaml.UnmarshalStrict(raw, c); err != nil {
+	if err := decode.Strict(raw, c); err != nil {
 		return nil, fmt.Errorf("decode cluster: %w", err)
 	}
 	c.setDefaults()

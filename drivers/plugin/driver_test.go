@@ -1,0 +1,365 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2/ktesting"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/strata-sh/strata/cdi"
+)
+
+const testDriver = "gpu.example.com"
+
+// fakeBackend records what it prepared; failPrepare makes Prepare fail.
+type fakeBackend struct {
+	devices     []resourceapi.Device
+	failPrepare error
+	prepared    map[types.UID][]string
+	unprepared  []types.UID
+}
+
+func (b *fakeBackend) Discover(context.Context) (*Inventory, error) {
+	return &Inventory{Devices: b.devices}, nil
+}
+
+func (b *fakeBackend) Prepare(_ context.Context, req *PrepareRequest) (*PrepareResponse, error) {
+	if b.failPrepare != nil {
+		return nil, b.failPrepare
+	}
+	resp := &PrepareResponse{Common: cdispec.ContainerEdits{Env: []string{"COMMON=1"}}}
+	for _, a := range req.Devices {
+		if b.prepared == nil {
+			b.prepared = map[types.UID][]string{}
+		}
+		b.prepared[req.Claim.UID] = append(b.prepared[req.Claim.UID], a.Device)
+		resp.Devices = append(resp.Devices, PreparedDevice{
+			Request: a.Request, Pool: a.Pool, Device: a.Device,
+			Edits: cdispec.ContainerEdits{Env: []string{"DEV=" + a.Device}},
+			State: json.RawMessage(`{"handle":"` + a.Device + `"}`),
+		})
+	}
+	return resp, nil
+}
+
+func (b *fakeBackend) Unprepare(_ context.Context, claim ClaimRef, _ []PreparedDevice) error {
+	b.unprepared = append(b.unprepared, claim.UID)
+	delete(b.prepared, claim.UID)
+	return nil
+}
+
+// newTestDriver builds a Driver the way Start does, minus the gRPC
+// services and slice publishing.
+func newTestDriver(t *testing.T, dir string, backend *fakeBackend, bootID string) *Driver {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	bootPath := filepath.Join(dir, "boot_id")
+	if err := os.WriteFile(bootPath, []byte(bootID+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := cdi.NewWriter(testDriver, filepath.Join(dir, "cdi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Driver{
+		cfg:      Config{DriverName: testDriver, NodeName: "node-a", Backend: backend, BootIDPath: bootPath},
+		cdi:      writer,
+		store:    checkpointStore{path: filepath.Join(dir, "checkpoint.json")},
+		recorder: record.NewFakeRecorder(10),
+	}
+	if err := d.recover(ctx); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	if err := d.refreshInventory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func gpus(names ...string) []resourceapi.Device {
+	var out []resourceapi.Device
+	for _, n := range names {
+		out = append(out, resourceapi.Device{Name: n})
+	}
+	return out
+}
+
+func allocatedClaim(uid, name string, devices ...string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(uid)},
+		Status:     resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}},
+	}
+	for _, d := range devices {
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{
+			Request: "gpu", Driver: testDriver, Pool: "node-a", Device: d,
+		})
+	}
+	return c
+}
+
+func TestPrepareWritesSpecAndIsIdempotent(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	backend := &fakeBackend{devices: gpus("gpu-0", "gpu-1")}
+	d := newTestDriver(t, dir, backend, "boot-1")
+	claim := allocatedClaim("uid-1", "train", "gpu-0", "gpu-1")
+
+	for i := 0; i < 2; i++ {
+		res, err := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim})
+		if err != nil || res["uid-1"].Err != nil {
+			t.Fatalf("prepare #%d: %v %v", i, err, res["uid-1"].Err)
+		}
+		var ids []string
+		for _, dev := range res["uid-1"].Devices {
+			ids = append(ids, dev.CDIDeviceIDs...)
+		}
+		want := []string{testDriver + "/claim=uid-1-gpu-0", testDriver + "/claim=uid-1-gpu-1"}
+		if diff := cmp.Diff(want, ids); diff != "" {
+			t.Errorf("prepare #%d CDI IDs (-want +got):\n%s", i, diff)
+		}
+	}
+	if got := len(backend.prepared["uid-1"]); got != 2 {
+		t.Errorf("backend prepared %d devices, want 2 (second prepare must be served from the checkpoint)", got)
+	}
+	if _, err := os.Stat(d.cdi.SpecPath("uid-1")); err != nil {
+		t.Errorf("CDI spec missing: %v", err)
+	}
+
+	res, err := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-1"}})
+	if err != nil || res["uid-1"] != nil {
+		t.Fatalf("unprepare: %v %v", err, res["uid-1"])
+	}
+	if _, err := os.Stat(d.cdi.SpecPath("uid-1")); !os.IsNotExist(err) {
+		t.Errorf("CDI spec still there after unprepare: %v", err)
+	}
+	// Unpreparing an unknown claim succeeds: the kubelet retries.
+	res, err = d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-1"}})
+	if err != nil || res["uid-1"] != nil {
+		t.Errorf("second unprepare: %v %v", err, res["uid-1"])
+	}
+}
+
+func TestPrepareRefusesDeviceOfAnotherClaim(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	backend := &fakeBackend{devices: gpus("gpu-0", "gpu-1")}
+	d := newTestDriver(t, t.TempDir(), backend, "boot-1")
+	if res, _ := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{allocatedClaim("uid-1", "a", "gpu-0")}); res["uid-1"].Err != nil {
+		t.Fatal(res["uid-1"].Err)
+	}
+	res, _ := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{allocatedClaim("uid-2", "b", "gpu-1", "gpu-0")})
+	err := res["uid-2"].Err
+	if err == nil || !strings.Contains(err.Error(), "already prepared for claim ns/a") {
+		t.Fatalf("double allocation error = %v, want one naming the other claim", err)
+	}
+	if _, ok := d.state.Claims["uid-2"]; ok {
+		t.Errorf("refused claim left a checkpoint entry")
+	}
+}
+
+func TestFailedPrepareLeavesNothing(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	backend := &fakeBackend{devices: gpus("gpu-0"), failPrepare: errors.New("config field sharing.mode: unsupported")}
+	d := newTestDriver(t, t.TempDir(), backend, "boot-1")
+	res, err := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{allocatedClaim("uid-1", "a", "gpu-0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res["uid-1"].Err == nil || !strings.Contains(res["uid-1"].Err.Error(), "sharing.mode") {
+		t.Fatalf("prepare error = %v, want the backend's error", res["uid-1"].Err)
+	}
+	if len(d.state.Claims) != 0 {
+		t.Errorf("checkpoint holds %v after a failed prepare", d.state.Claims)
+	}
+	if uids, _ := d.cdi.ClaimUIDs(); len(uids) != 0 {
+		t.Errorf("CDI specs %v left after a failed prepare", uids)
+	}
+	if diff := cmp.Diff([]types.UID{"uid-1"}, backend.unprepared); diff != "" {
+		t.Errorf("rollback did not release the claim's devices (-want +got):\n%s", diff)
+	}
+}
+
+func TestRecoverRollsBackInterruptedPrepareAndOrphans(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	backend := &fakeBackend{devices: gpus("gpu-0", "gpu-1")}
+	d := newTestDriver(t, dir, backend, "boot-1")
+	if res, _ := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{allocatedClaim("done", "a", "gpu-0")}); res["done"].Err != nil {
+		t.Fatal(res["done"].Err)
+	}
+	// Simulate a crash after "prepare started" was recorded and the spec
+	// written, plus a spec that no checkpoint entry owns.
+	d.state.Claims["crashed"] = &ClaimState{ClaimRef: ClaimRef{Namespace: "ns", Name: "b", UID: "crashed"}, Phase: PhasePrepareStarted,
+		Devices: []PreparedDevice{{Request: "gpu", Pool: "node-a", Device: "gpu-1"}}}
+	if err := d.store.save(d.state); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []string{"crashed", "orphan"} {
+		if _, err := d.cdi.WriteClaimSpec(uid, cdispec.ContainerEdits{}, []cdi.Device{{Name: "gpu-1", Edits: cdispec.ContainerEdits{Env: []string{"X=1"}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	restarted := newTestDriver(t, dir, backend, "boot-1")
+	if diff := cmp.Diff([]string{"done"}, claimUIDs(restarted)); diff != "" {
+		t.Errorf("claims after recovery (-want +got):\n%s", diff)
+	}
+	uids, _ := restarted.cdi.ClaimUIDs()
+	if diff := cmp.Diff([]string{"done"}, uids); diff != "" {
+		t.Errorf("CDI specs after recovery (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]types.UID{"crashed"}, backend.unprepared); diff != "" {
+		t.Errorf("backend unprepare calls (-want +got):\n%s", diff)
+	}
+}
+
+func TestRecoverFromCorruptCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	backend := &fakeBackend{devices: gpus("gpu-0")}
+	d := newTestDriver(t, dir, backend, "boot-1")
+	if _, err := d.cdi.WriteClaimSpec("lost", cdispec.ContainerEdits{}, []cdi.Device{{Name: "gpu-0", Edits: cdispec.ContainerEdits{Env: []string{"X=1"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(d.store.path)
+	if err := os.WriteFile(d.store.path, []byte(strings.Replace(string(raw), "boot-1", "boot-X", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	restarted := newTestDriver(t, dir, backend, "boot-1")
+	if len(restarted.state.Claims) != 0 {
+		t.Errorf("claims from a corrupt checkpoint: %v", restarted.state.Claims)
+	}
+	moved, _ := filepath.Glob(d.store.path + ".corrupt-*")
+	if len(moved) != 1 {
+		t.Errorf("corrupt checkpoint not kept aside: %v", moved)
+	}
+	if uids, _ := restarted.cdi.ClaimUIDs(); len(uids) != 0 {
+		t.Errorf("specs of the lost checkpoint were not removed: %v", uids)
+	}
+	events := restarted.recorder.(*record.FakeRecorder).Events
+	select {
+	case ev := <-events:
+		if !strings.Contains(ev, "CheckpointCorrupt") {
+			t.Errorf("event %q, want CheckpointCorrupt", ev)
+		}
+	default:
+		t.Errorf("no event about the corrupt checkpoint")
+	}
+}
+
+func TestRebootDropsPreparedState(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	backend := &fakeBackend{devices: gpus("gpu-0")}
+	d := newTestDriver(t, dir, backend, "boot-1")
+	if res, _ := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{allocatedClaim("uid-1", "a", "gpu-0")}); res["uid-1"].Err != nil {
+		t.Fatal(res["uid-1"].Err)
+	}
+	rebooted := newTestDriver(t, dir, backend, "boot-2")
+	if len(rebooted.state.Claims) != 0 {
+		t.Errorf("state from the previous boot kept: %v", claimUIDs(rebooted))
+	}
+	if uids, _ := rebooted.cdi.ClaimUIDs(); len(uids) != 0 {
+		t.Errorf("specs from the previous boot kept: %v", uids)
+	}
+}
+
+func TestConfigsFor(t *testing.T) {
+	raw := func(s string) runtime.RawExtension { return runtime.RawExtension{Raw: []byte(s)} }
+	configs := []resourceapi.DeviceAllocationConfiguration{
+		{Source: resourceapi.AllocationConfigSourceClaim, Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: testDriver, Parameters: raw(`"claim-gpu"`)}}},
+		{Source: resourceapi.AllocationConfigSourceClass, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: testDriver, Parameters: raw(`"class"`)}}},
+		{Source: resourceapi.AllocationConfigSourceClaim, Requests: []string{"nic"}, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: testDriver, Parameters: raw(`"claim-nic"`)}}},
+		{Source: resourceapi.AllocationConfigSourceClaim, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "other.example.com", Parameters: raw(`"other"`)}}},
+	}
+	tests := map[string][]string{
+		"gpu":       {`"class"`, `"claim-gpu"`},
+		"gpu/small": {`"class"`, `"claim-gpu"`},
+		"nic":       {`"class"`, `"claim-nic"`},
+		"gpux":      {`"class"`},
+	}
+	for request, want := range tests {
+		var got []string
+		for _, c := range configsFor(configs, testDriver, request) {
+			got = append(got, string(c))
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("configs for %q (-want +got):\n%s", request, diff)
+		}
+	}
+}
+
+func TestDriverResourcesRespectsSliceLimits(t *testing.T) {
+	counterSets := make([]resourceapi.CounterSet, 10)
+	for i := range counterSets {
+		counterSets[i] = resourceapi.CounterSet{Name: fmt.Sprintf("gpu-%c", 'a'+i), Counters: map[string]resourceapi.Counter{"memory": {}}}
+	}
+	var devices []resourceapi.Device
+	for i := 0; i < 100; i++ {
+		devices = append(devices, resourceapi.Device{Name: fmt.Sprintf("plain-%d", i)})
+	}
+	for i := 0; i < 70; i++ {
+		devices = append(devices, resourceapi.Device{
+			Name:             fmt.Sprintf("part-%d", i),
+			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: "gpu-a", Counters: map[string]resourceapi.Counter{"memory": {}}}},
+		})
+	}
+	res, err := driverResources("node-a", &Inventory{Devices: devices, SharedCounters: counterSets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shape []string
+	total := 0
+	for _, s := range res.Pools["node-a"].Slices {
+		if len(s.SharedCounters) > 0 && len(s.Devices) > 0 {
+			t.Errorf("a slice mixes counters and devices")
+		}
+		shape = append(shape, sliceShape(s.SharedCounters, s.Devices))
+		total += len(s.Devices)
+	}
+	// 10 counter sets in 8+2; 100 plain devices fit one slice of 128, the
+	// first partition device lowers that slice's limit to 64, so the
+	// devices split as 100 | 64 | 6.
+	want := []string{"counters:8", "counters:2", "devices:100", "devices:64", "devices:6"}
+	if diff := cmp.Diff(want, shape); diff != "" {
+		t.Errorf("slices (-want +got):\n%s", diff)
+	}
+	if total != len(devices) {
+		t.Errorf("published %d devices, want %d", total, len(devices))
+	}
+
+	bad := &Inventory{Devices: []resourceapi.Device{{Name: "x", ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: "missing"}}}}}
+	if _, err := driverResources("node-a", bad); err == nil || !strings.Contains(err.Error(), `undeclared counter set "missing"`) {
+		t.Errorf("undeclared counter set error = %v", err)
+	}
+}
+
+func sliceShape(counters []resourceapi.CounterSet, devices []resourceapi.Device) string {
+	if len(counters) > 0 {
+		return fmt.Sprintf("counters:%d", len(counters))
+	}
+	return fmt.Sprintf("devices:%d", len(devices))
+}
+
+func claimUIDs(d *Driver) []string {
+	var out []string
+	for uid := range d.state.Claims {
+		out = append(out, string(uid))
+	}
+	slices.Sort(out)
+	return out
+}
