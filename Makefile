@@ -21,7 +21,7 @@ ALL_PKGS  = $(shell $(GO) list ./... | grep -v '/tests/')
 HEAVY_PKGS = $(shell $(GO) list -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}' ./... | grep -v '/tests/' | awk '/ k8s.io\/kubernetes\// {print $$1}')
 RACE_PKGS = $(filter-out $(HEAVY_PKGS),$(ALL_PKGS))
 
-.PHONY: all build demo test unit e2e verify bench clean
+.PHONY: all build demo test unit e2e generate verify bench clean
 
 all: build
 
@@ -42,8 +42,15 @@ unit:
 e2e:
 	$(GO) test -count=1 -timeout 30m ./tests/...
 
-## verify: formatting, vet, module tidiness.
-verify:
+CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.22.0
+
+## generate: deepcopy code of the API types.
+generate:
+	$(CONTROLLER_GEN) object paths=./api/...
+
+## verify: formatting, vet, module tidiness, generated code up to date.
+verify: generate
+	@git diff --exit-code -- api || (echo "generated code is out of date: run make generate and commit"; exit 1)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff

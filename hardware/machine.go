@@ -50,6 +50,9 @@ type Machine struct {
 	// GPUModel names the GPU configuration (see package nvmlmock).
 	GPUModel  string
 	Functions []PCIFunction
+	// NVLinkPartitions are the GPU groups (by GPU index) that the NVSwitch
+	// fabric manager offers as partitions with full NVLink bandwidth.
+	NVLinkPartitions [][]int
 }
 
 // GPUs returns the machine's GPUs in index order.
@@ -140,7 +143,7 @@ func hgx8(name, model string) Machine {
 		{0xd1, 0xce, 1, "ibp206s0", "mlx5_10"},
 		{0xdf, 0xdc, 1, "ibp220s0", "mlx5_11"},
 	}
-	m := Machine{Name: name, GPUModel: model}
+	m := Machine{Name: name, GPUModel: model, NVLinkPartitions: sharedNVSwitchPartitions8()}
 	for i, r := range rails {
 		root := r.nicBus - 3
 		m.Functions = append(m.Functions, switchedPair(i, root, root+1, r.nicBus, r.gpuBus, r.numa, r.netdev, r.rdma)...)
@@ -165,7 +168,7 @@ func DGXA100() Machine {
 		{0x80, [2]int{0x87, 0x90}, [2]int{0x8d, 0x94}, 7, [2]string{"ibp141s0", "ibp148s0"}, [2]string{"mlx5_6", "mlx5_7"}},
 		{0xb0, [2]int{0xb7, 0xbd}, [2]int{0xba, 0xc1}, 5, [2]string{"ibp186s0", "ibp193s0"}, [2]string{"mlx5_8", "mlx5_9"}},
 	}
-	m := Machine{Name: "nvidia-dgx-a100", GPUModel: "A100-SXM4-40GB"}
+	m := Machine{Name: "nvidia-dgx-a100", GPUModel: "A100-SXM4-40GB", NVLinkPartitions: sharedNVSwitchPartitions8()}
 	for p, pr := range pairs {
 		rootName := fmt.Sprintf("pci0000:%02x", pr.root)
 		rootPort := bdf(pr.root, 1, 1)
@@ -181,4 +184,15 @@ func DGXA100() Machine {
 		}
 	}
 	return m
+}
+
+// sharedNVSwitchPartitions8 is the fabric manager's default partition
+// table of an 8-GPU NVSwitch baseboard (HGX A100/H100): one partition of
+// all eight GPUs, two of four, four of two and eight of one.
+func sharedNVSwitchPartitions8() [][]int {
+	parts := [][]int{{0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3}, {4, 5, 6, 7}, {0, 1}, {2, 3}, {4, 5}, {6, 7}}
+	for i := 0; i < 8; i++ {
+		parts = append(parts, []int{i})
+	}
+	return parts
 }

@@ -14,14 +14,20 @@ const (
 	SysDir     = "sys"
 	ProcDir    = "proc"
 	BootIDFile = "proc/sys/kernel/random/boot_id"
+	// FabricPartitionsFile holds the fabric manager's partition list as
+	// "fmpm -l" prints it.
+	FabricPartitionsFile = "fabricmanager/partitions.json"
+	// MIGMinorsFile is the driver's table of MIG capability device minors.
+	MIGMinorsFile = "proc/driver/nvidia-caps/mig-minors"
 )
 
 // NVIDIA character device majors as the driver registers them: 195 is
 // fixed, nvidia-uvm gets a dynamic major (511 is what current kernels hand
 // out first).
 const (
-	NvidiaMajor    = 195
-	NvidiaUVMMajor = 511
+	NvidiaMajor     = 195
+	NvidiaUVMMajor  = 511
+	NvidiaCapsMajor = 508
 )
 
 // PCI vendor ids written to sysfs.
@@ -45,9 +51,20 @@ func WriteNode(root string, m Machine, bootID string) error {
 			return fmt.Errorf("%s %d: %w", f.Kind, f.Index, err)
 		}
 	}
-	procDevices := fmt.Sprintf("Character devices:\n  1 mem\n  4 tty\n%3d nvidia-frontend\n%3d nvidia-uvm\n", NvidiaMajor, NvidiaUVMMajor)
+	procDevices := fmt.Sprintf("Character devices:\n  1 mem\n  4 tty\n%3d nvidia-frontend\n%3d nvidia-caps\n%3d nvidia-uvm\n",
+		NvidiaMajor, NvidiaCapsMajor, NvidiaUVMMajor)
 	if err := writeFile(filepath.Join(root, ProcDir, "devices"), procDevices); err != nil {
 		return err
+	}
+	if len(m.GPUs()) > 0 {
+		if err := writeFile(filepath.Join(root, MIGMinorsFile), migMinors(len(m.GPUs()))); err != nil {
+			return err
+		}
+	}
+	if len(m.NVLinkPartitions) > 0 {
+		if err := writeFabricPartitions(filepath.Join(root, FabricPartitionsFile), m); err != nil {
+			return err
+		}
 	}
 	return writeFile(filepath.Join(root, BootIDFile), bootID+"\n")
 }

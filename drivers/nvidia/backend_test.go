@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +19,7 @@ import (
 )
 
 // newBackend returns a backend on a fake node of the given machine.
-func newBackend(t *testing.T, m hardware.Machine) (*Backend, *server.Server, string) {
+func newBackend(t *testing.T, m hardware.Machine) (*Backend, *nvmlmock.Server, string) {
 	t.Helper()
 	root := t.TempDir()
 	if err := hardware.WriteNode(root, m, "boot"); err != nil {
@@ -55,7 +54,7 @@ func TestDiscoverPublishesTopology(t *testing.T) {
 				if dev.Name != "gpu-"+itoa(i) {
 					t.Errorf("device %d named %s", i, dev.Name)
 				}
-				checkString(t, dev, "uuid", srv.Devices[i].(*server.Device).UUID)
+				checkString(t, dev, "uuid", srv.Device(i).UUID)
 				checkString(t, dev, "resource.kubernetes.io/pciBusID", want.BusID())
 				checkString(t, dev, "resource.kubernetes.io/pcieRoot", want.Root())
 				checkString(t, dev, "accelerator.strata.sh/pcieSwitch", want.Path[2])
@@ -133,7 +132,7 @@ func TestPrepareInjectsDeviceNodesAndVisibleDevices(t *testing.T) {
 	if !uvm {
 		t.Errorf("common edits %+v lack /dev/nvidia-uvm with the major from /proc/devices", resp.Common.DeviceNodes)
 	}
-	want := "NVIDIA_VISIBLE_DEVICES=" + srv.Devices[2].(*server.Device).UUID + "," + srv.Devices[6].(*server.Device).UUID
+	want := "NVIDIA_VISIBLE_DEVICES=" + srv.Device(2).UUID + "," + srv.Device(6).UUID
 	if !slices.Contains(resp.Common.Env, want) {
 		t.Errorf("env %v lacks %s", resp.Common.Env, want)
 	}

@@ -1,13 +1,18 @@
 // Package nvmlmock builds go-nvml mock servers that look like a given
 // machine layout: the GPU model, count and PCI addresses of the layout,
-// and UUIDs that are stable for a node name, so that a simulated node
-// reports the same GPUs every time it starts.
+// product names as real boards report them, and UUIDs that are stable for
+// a node name, so that a simulated node reports the same GPUs every time it
+// starts. It adds what go-nvml's mock leaves out and Strata's health
+// monitoring needs: an event set that delivers XID and ECC events, GPU-lost
+// and ECC error state, and the compute mode.
 package nvmlmock
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/google/uuid"
@@ -39,15 +44,26 @@ const (
 // uuidSpace namespaces the name-based GPU UUIDs.
 var uuidSpace = uuid.MustParse("6f0f6a0c-5d0e-4c8b-9a57-3a6b1e0b5c11")
 
+// Server is a mock NVML library for one machine.
+type Server struct {
+	*server.Server
+
+	mu      sync.Mutex
+	sets    []*eventSet
+	lost    []bool
+	ecc     []uint64
+	compute []nvml.ComputeMode
+}
+
 // New returns a mock NVML server for the machine. seed (normally the node
 // name) makes the GPU UUIDs unique per node and stable across restarts.
-func New(m hardware.Machine, seed string) (*server.Server, error) {
+func New(m hardware.Machine, seed string) (*Server, error) {
 	cfg, ok := models[m.GPUModel]
 	if !ok {
 		return nil, fmt.Errorf("machine %s: no NVML mock for GPU model %q", m.Name, m.GPUModel)
 	}
 	layout := m.GPUs()
-	srv, err := server.New(
+	base, err := server.New(
 		server.WithGPUs(gpus.Multiple(len(layout), cfg)...),
 		server.WithDriverVersion(DriverVersion),
 		server.WithNVMLVersion(NVMLVersion),
@@ -56,14 +72,78 @@ func New(m hardware.Machine, seed string) (*server.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i, fn := range layout {
-		dev := srv.Devices[i].(*server.Device)
-		dev.PciBusID = fn.BusID()
-		dev.UUID = "GPU-" + uuid.NewSHA1(uuidSpace, []byte(fmt.Sprintf("%s/%d", seed, i))).String()
-		info := pciInfo(fn.BusID(), cfg.PciDeviceId)
-		dev.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return info, nvml.SUCCESS }
+	s := &Server{
+		Server:  base,
+		lost:    make([]bool, len(layout)),
+		ecc:     make([]uint64, len(layout)),
+		compute: make([]nvml.ComputeMode, len(layout)),
 	}
-	return srv, nil
+	s.EventSetCreateFunc = s.createEventSet
+	for i, fn := range layout {
+		s.patchDevice(i, base.Devices[i].(*server.Device), fn, seed, cfg.PciDeviceId)
+	}
+	return s, nil
+}
+
+// Device returns the mock device of a GPU index.
+func (s *Server) Device(i int) *server.Device { return s.Devices[i].(*server.Device) }
+
+func (s *Server) patchDevice(i int, dev *server.Device, fn hardware.PCIFunction, seed string, pciDeviceID uint32) {
+	dev.PciBusID = fn.BusID()
+	dev.UUID = "GPU-" + uuid.NewSHA1(uuidSpace, []byte(fmt.Sprintf("%s/%d", seed, i))).String()
+	info := pciInfo(fn.BusID(), pciDeviceID)
+	dev.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return info, nvml.SUCCESS }
+
+	memoryInfo := dev.GetMemoryInfoFunc
+	dev.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+		if s.isLost(i) {
+			return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
+		}
+		return memoryInfo()
+	}
+	dev.GetTotalEccErrorsFunc = func(t nvml.MemoryErrorType, c nvml.EccCounterType) (uint64, nvml.Return) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.lost[i] {
+			return 0, nvml.ERROR_GPU_IS_LOST
+		}
+		if t == nvml.MEMORY_ERROR_TYPE_UNCORRECTED {
+			return s.ecc[i], nvml.SUCCESS
+		}
+		return 0, nvml.SUCCESS
+	}
+	dev.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) {
+		return nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError | nvml.EventTypeSingleBitEccError, nvml.SUCCESS
+	}
+	dev.RegisterEventsFunc = func(types uint64, set nvml.EventSet) nvml.Return {
+		es, ok := set.(*eventSet)
+		if !ok {
+			return nvml.ERROR_INVALID_ARGUMENT
+		}
+		es.register(dev, types)
+		return nvml.SUCCESS
+	}
+	dev.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.compute[i], nvml.SUCCESS
+	}
+	dev.SetComputeModeFunc = func(m nvml.ComputeMode) nvml.Return {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.compute[i] = m
+		return nvml.SUCCESS
+	}
+	dev.GetGpuInstanceByIdFunc = func(id int) (nvml.GpuInstance, nvml.Return) {
+		dev.RLock()
+		defer dev.RUnlock()
+		for gi := range dev.GpuInstances {
+			if int(gi.Info.Id) == id {
+				return gi, nvml.SUCCESS
+			}
+		}
+		return nil, nvml.ERROR_NOT_FOUND
+	}
 }
 
 // pciInfo fills the fields NVML reports for a device; the mock's default
@@ -84,4 +164,108 @@ func pciInfo(busID string, deviceID uint32) nvml.PciInfo {
 		info.BusIdLegacy[i] = int8(busID[i])
 	}
 	return info
+}
+
+// MIGInstances returns the number of GPU instances that exist on each GPU.
+func (s *Server) MIGInstances() []int {
+	out := make([]int, len(s.Devices))
+	for i := range s.Devices {
+		d := s.Device(i)
+		d.RLock()
+		out[i] = len(d.GpuInstances)
+		d.RUnlock()
+	}
+	return out
+}
+
+// ComputeMode returns the compute mode of a GPU.
+func (s *Server) ComputeMode(i int) nvml.ComputeMode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.compute[i]
+}
+
+var _ nvml.EventSet = (*eventSet)(nil)
+
+// eventSet delivers injected events for the devices registered with it.
+type eventSet struct {
+	mock.EventSet
+	mu      sync.Mutex
+	devices map[nvml.Device]uint64
+	events  chan nvml.EventData
+}
+
+func (s *Server) createEventSet() (nvml.EventSet, nvml.Return) {
+	es := &eventSet{devices: map[nvml.Device]uint64{}, events: make(chan nvml.EventData, 64)}
+	es.WaitFunc = es.wait
+	es.FreeFunc = func() nvml.Return { return nvml.SUCCESS }
+	s.mu.Lock()
+	s.sets = append(s.sets, es)
+	s.mu.Unlock()
+	return es, nvml.SUCCESS
+}
+
+func (es *eventSet) register(dev nvml.Device, types uint64) {
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	es.devices[dev] |= types
+}
+
+func (es *eventSet) wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
+	select {
+	case ev := <-es.events:
+		return ev, nvml.SUCCESS
+	case <-timeAfterMs(timeoutMs):
+		return nvml.EventData{}, nvml.ERROR_TIMEOUT
+	}
+}
+
+// emit delivers an event to every set that registered for it.
+func (s *Server) emit(i int, eventType, data uint64) {
+	dev := s.Devices[i]
+	s.mu.Lock()
+	sets := append([]*eventSet(nil), s.sets...)
+	s.mu.Unlock()
+	for _, es := range sets {
+		es.mu.Lock()
+		want := es.devices[dev]&eventType != 0
+		es.mu.Unlock()
+		if want {
+			es.events <- nvml.EventData{Device: dev, EventType: eventType, EventData: data}
+		}
+	}
+}
+
+// InjectXID raises an XID error on GPU i, as the driver reports it.
+func (s *Server) InjectXID(i int, xid uint64) {
+	s.emit(i, nvml.EventTypeXidCriticalError, xid)
+}
+
+// SetUncorrectableECC sets GPU i's volatile uncorrectable ECC count; a
+// non-zero count also raises a double-bit ECC event. Zero models a GPU
+// reset.
+func (s *Server) SetUncorrectableECC(i int, n uint64) {
+	s.mu.Lock()
+	s.ecc[i] = n
+	s.mu.Unlock()
+	if n > 0 {
+		s.emit(i, nvml.EventTypeDoubleBitEccError, n)
+	}
+}
+
+// SetLost makes GPU i fall off the bus (every query returns
+// ERROR_GPU_IS_LOST), or come back.
+func (s *Server) SetLost(i int, lost bool) {
+	s.mu.Lock()
+	s.lost[i] = lost
+	s.mu.Unlock()
+	if lost {
+		s.emit(i, nvml.EventTypeXidCriticalError, 79)
+	}
+}
+
+func (s *Server) isLost(i int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost[i]
 }

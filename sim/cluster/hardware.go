@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/google/uuid"
 
 	"github.com/strata-sh/strata/drivers/nvidia"
@@ -21,7 +20,7 @@ import (
 type NodeHardware struct {
 	Machine hardware.Machine
 	// NVML is the node's NVML mock, nil on nodes without NVIDIA GPUs.
-	NVML *server.Server
+	NVML *nvmlmock.Server
 	// BootID is the node's current boot id.
 	BootID string
 }

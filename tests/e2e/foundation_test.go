@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -79,7 +78,7 @@ func TestWholeGPULifecycle(t *testing.T) {
 		t.Errorf("gpu-3 memory = %s, want 80Gi", mem.String())
 	}
 	uuid := stringAttr(gpu3, "uuid")
-	if want := hw.NVML.Devices[3].(*server.Device).UUID; uuid != want {
+	if want := hw.NVML.Device(3).UUID; uuid != want {
 		t.Fatalf("gpu-3 uuid = %q, want the hardware's %q", uuid, want)
 	}
 

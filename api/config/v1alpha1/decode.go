@@ -1,0 +1,82 @@
+package v1alpha1
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/strata-sh/strata/internal/decode"
+)
+
+// GroupVersion of the opaque configs.
+var GroupVersion = schema.GroupVersion{Group: "config.strata.sh", Version: "v1alpha1"}
+
+// DecodeGpuConfig decodes opaque parameters strictly: the apiVersion and
+// kind must be this package's, and unknown or duplicate fields are errors
+// that name the field. The result is validated.
+func DecodeGpuConfig(raw []byte) (*GpuConfig, error) {
+	cfg := &GpuConfig{}
+	if err := decode.Strict(raw, cfg); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", GpuConfigKind, err)
+	}
+	if gvk := cfg.GroupVersionKind(); gvk != GroupVersion.WithKind(GpuConfigKind) {
+		return nil, fmt.Errorf("opaque config has apiVersion %q and kind %q, want %s and %s",
+			cfg.APIVersion, cfg.Kind, GroupVersion.String(), GpuConfigKind)
+	}
+	if errs := cfg.Validate(); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return cfg, nil
+}
+
+// Validate checks the config on its own; limits that depend on the
+// device are checked by the driver at prepare time.
+func (c *GpuConfig) Validate() field.ErrorList {
+	if c.Sharing == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	p := field.NewPath("sharing")
+	s := c.Sharing
+	switch s.Strategy {
+	case SharingHAMiCore, SharingMPS, SharingTimeSlicing, SharingNone:
+	case "":
+		errs = append(errs, field.Required(p.Child("strategy"), ""))
+	default:
+		errs = append(errs, field.NotSupported(p.Child("strategy"), s.Strategy,
+			[]SharingStrategy{SharingHAMiCore, SharingMPS, SharingTimeSlicing, SharingNone}))
+	}
+	if s.HAMiCore != nil {
+		hp := p.Child("hamiCore")
+		if s.Strategy != SharingHAMiCore {
+			errs = append(errs, field.Forbidden(hp, "only with strategy HAMiCore"))
+		}
+		errs = append(errs, percent(hp.Child("coreLimit"), s.HAMiCore.CoreLimit)...)
+		errs = append(errs, positive(hp.Child("memoryLimit"), s.HAMiCore.MemoryLimit)...)
+	}
+	if s.MPS != nil {
+		mp := p.Child("mps")
+		if s.Strategy != SharingMPS {
+			errs = append(errs, field.Forbidden(mp, "only with strategy MPS"))
+		}
+		errs = append(errs, percent(mp.Child("activeThreadPercentage"), s.MPS.ActiveThreadPercentage)...)
+		errs = append(errs, positive(mp.Child("pinnedMemoryLimit"), s.MPS.PinnedMemoryLimit)...)
+	}
+	return errs
+}
+
+func percent(p *field.Path, v *int32) field.ErrorList {
+	if v != nil && (*v < 1 || *v > 100) {
+		return field.ErrorList{field.Invalid(p, *v, "must be between 1 and 100")}
+	}
+	return nil
+}
+
+func positive(p *field.Path, q *resource.Quantity) field.ErrorList {
+	if q != nil && q.Sign() <= 0 {
+		return field.ErrorList{field.Invalid(p, q.String(), "must be positive")}
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+package v1alpha1
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestDecodeGpuConfig(t *testing.T) {
+	tests := map[string]struct {
+		raw  string
+		want string // substring of the error; "" for success
+	}{
+		"hami": {raw: `{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"HAMiCore","hamiCore":{"coreLimit":50,"memoryLimit":"20Gi"}}}`},
+		"yaml": {raw: "apiVersion: config.strata.sh/v1alpha1\nkind: GpuConfig\nsharing:\n  strategy: MPS\n"},
+		"unknown field": {
+			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"HAMiCore","hamiCore":{"coreLimitt":50}}}`,
+			want: `unknown field "sharing.hamiCore.coreLimitt"`,
+		},
+		"core out of range": {
+			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"HAMiCore","hamiCore":{"coreLimit":150}}}`,
+			want: "sharing.hamiCore.coreLimit: Invalid value: 150: must be between 1 and 100",
+		},
+		"mps block with other strategy": {
+			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","mps":{}}}`,
+			want: "sharing.mps: Forbidden: only with strategy MPS",
+		},
+		"bad strategy": {
+			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"vGPU"}}`,
+			want: `sharing.strategy: Unsupported value: "vGPU"`,
+		},
+		"negative memory": {
+			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS","mps":{"pinnedMemoryLimit":"-1Gi"}}}`,
+			want: "sharing.mps.pinnedMemoryLimit",
+		},
+		"wrong kind": {
+			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"NpuConfig"}`,
+			want: `kind "NpuConfig"`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := DecodeGpuConfig([]byte(tc.raw))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
