@@ -1,23 +1,26 @@
 // Package nvidia is the NVIDIA GPU backend of Strata's kubelet plugin
 // (driver nvidia.strata.sh). It discovers GPUs through NVML and sysfs and
-// prepares them for containers through CDI.
+// publishes each GPU three ways: as a whole device, as a shared device
+// with consumable capacity, and as one device per MIG placement, all
+// drawing on the GPU's shared counters so that they exclude each other. It
+// prepares them for containers through CDI: MIG instances are created and
+// destroyed with NVML, shared GPUs get HAMi-core, MPS or time-slicing
+// limits.
 package nvidia
 
 import (
-	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/dynamic-resource-allocation/deviceattribute"
-	"k8s.io/utils/ptr"
+	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/strata-sh/strata/drivers/pci"
@@ -31,37 +34,66 @@ const DriverName = "nvidia.strata.sh"
 // Strata accelerator driver publishes.
 const AcceleratorDomain = "accelerator.strata.sh"
 
+// Defaults of Config.
+const (
+	DefaultHAMiCoreLibrary = "/usr/local/vgpu/libvgpu.so"
+	DefaultHealthInterval  = 5 * time.Second
+	DefaultXIDHoldDown     = 10 * time.Minute
+)
+
 // Config wires the backend to the hardware.
 type Config struct {
 	// NVML is the NVML library (or a mock of it).
 	NVML nvml.Interface
 	// SysfsRoot is where sysfs is mounted ("" means /sys).
 	SysfsRoot string
-	// ProcRoot is where procfs is mounted ("" means /proc); the dynamic
-	// nvidia-uvm major is read from its devices file.
+	// ProcRoot is where procfs is mounted ("" means /proc); device majors
+	// and MIG capability minors are read from it.
 	ProcRoot string
 	// DevRoot is prefixed to device node paths on the host ("" means /).
 	DevRoot string
+	// StateDir holds per-claim runtime files (HAMi-core caches, MPS
+	// pipes); normally the plugin data directory.
+	StateDir string
+	// FabricPartitionsFile is the NVSwitch fabric manager's partition list
+	// ("fmpm -l" output); empty or missing means no NVLink partitions.
+	FabricPartitionsFile string
+	// HAMiCoreLibrary is the host path of HAMi-core's libvgpu.so.
+	HAMiCoreLibrary string
+	// MPS starts and stops MPS control daemons; nil disables MPS sharing.
+	MPS MPSControl
+	// HealthInterval is how often GPUs are probed; XIDHoldDown is how long
+	// a critical XID keeps a GPU tainted after the last occurrence.
+	HealthInterval time.Duration
+	XIDHoldDown    time.Duration
 }
 
 // Backend implements plugin.Backend for NVIDIA GPUs.
 type Backend struct {
-	cfg Config
-	pci *pci.Reader
+	cfg    Config
+	gpus   []*gpu
+	byName map[string]*gpu
+	devs   devNumbers
+	health *healthState
 
-	mu   sync.Mutex
-	gpus map[string]*gpu
+	// mu guards devices, mpsUsers and the hardware changes of prepare and
+	// unprepare.
+	mu          sync.Mutex
+	devices     map[string]*device
+	mpsUsers    map[string]int // GPU name -> claims using its MPS daemon
+	nonMPSUsers map[string]int // GPU name -> other claims sharing it
 }
 
-var _ plugin.Backend = (*Backend)(nil)
+var (
+	_ plugin.Backend       = (*Backend)(nil)
+	_ plugin.Reconciler    = (*Backend)(nil)
+	_ plugin.HealthWatcher = (*Backend)(nil)
+)
 
-// New initialises NVML and returns a backend.
+// New initialises NVML and discovers the GPUs.
 func New(cfg Config) (*Backend, error) {
 	if cfg.NVML == nil {
-		return nil, fmt.Errorf("NVML library is required")
-	}
-	if ret := cfg.NVML.Init(); ret != nvml.SUCCESS {
-		return nil, nvmlError("init", ret)
+		return nil, errors.New("NVML library is required")
 	}
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = "/proc"
@@ -69,135 +101,267 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.DevRoot == "" {
 		cfg.DevRoot = "/"
 	}
-	return &Backend{cfg: cfg, pci: pci.NewReader(cfg.SysfsRoot)}, nil
+	if cfg.HAMiCoreLibrary == "" {
+		cfg.HAMiCoreLibrary = DefaultHAMiCoreLibrary
+	}
+	if cfg.HealthInterval == 0 {
+		cfg.HealthInterval = DefaultHealthInterval
+	}
+	if cfg.XIDHoldDown == 0 {
+		cfg.XIDHoldDown = DefaultXIDHoldDown
+	}
+	if ret := cfg.NVML.Init(); ret != nvml.SUCCESS {
+		return nil, nvmlError("init", ret)
+	}
+	devs, err := readDevNumbers(cfg.ProcRoot)
+	if err != nil {
+		return nil, err
+	}
+	gpus, err := discoverGPUs(cfg.NVML, pci.NewReader(cfg.SysfsRoot))
+	if err != nil {
+		return nil, err
+	}
+	indexByBus := map[string]int{}
+	for _, g := range gpus {
+		indexByBus[g.topology.BusID] = g.index
+	}
+	parts, err := readPartitions(cfg.FabricPartitionsFile, indexByBus)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{cfg: cfg, gpus: gpus, byName: map[string]*gpu{}, devs: devs, mpsUsers: map[string]int{}, nonMPSUsers: map[string]int{}}
+	for _, g := range gpus {
+		g.partitions = parts[g.topology.BusID]
+		b.byName[g.name] = g
+	}
+	b.health = newHealthState(gpus, cfg.XIDHoldDown)
+	return b, nil
 }
 
 // Close releases NVML.
 func (b *Backend) Close() { b.cfg.NVML.Shutdown() }
 
-// Discover implements plugin.Backend.
+// Discover implements plugin.Backend. GPUs are enumerated once at start;
+// what changes afterwards is their health, which becomes device taints.
 func (b *Backend) Discover(_ context.Context) (*plugin.Inventory, error) {
-	gpus, err := discoverGPUs(b.cfg.NVML, b.pci)
+	set, err := buildDevices(b.gpus, b.health.taints())
 	if err != nil {
 		return nil, err
-	}
-	inv := &plugin.Inventory{}
-	byName := make(map[string]*gpu, len(gpus))
-	for _, g := range gpus {
-		dev, err := wholeDevice(g)
-		if err != nil {
-			return nil, fmt.Errorf("GPU %s: %w", g.name, err)
-		}
-		inv.Devices = append(inv.Devices, dev)
-		byName[g.name] = g
 	}
 	b.mu.Lock()
-	b.gpus = byName
+	b.devices = set.byName
 	b.mu.Unlock()
-	return inv, nil
+	return &plugin.Inventory{Devices: set.devices, SharedCounters: set.counters}, nil
 }
 
-// wholeDevice describes a physical GPU as a DRA device.
-func wholeDevice(g *gpu) (resourceapi.Device, error) {
-	cc, err := semverOf(g.computeCap)
-	if err != nil {
-		return resourceapi.Device{}, err
-	}
-	drv, err := semverOf(g.driverVersion)
-	if err != nil {
-		return resourceapi.Device{}, err
-	}
-	cuda, err := semverOf(g.cudaVersion)
-	if err != nil {
-		return resourceapi.Device{}, err
-	}
-	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		"type":                  {StringValue: ptr.To("gpu")},
-		"uuid":                  {StringValue: ptr.To(g.uuid)},
-		"productName":           {StringValue: ptr.To(g.productName)},
-		"architecture":          {StringValue: ptr.To(g.architecture)},
-		"index":                 {IntValue: ptr.To(int64(g.index))},
-		"minor":                 {IntValue: ptr.To(int64(g.minor))},
-		"cudaComputeCapability": {VersionValue: ptr.To(cc)},
-		"driverVersion":         {VersionValue: ptr.To(drv)},
-		"cudaDriverVersion":     {VersionValue: ptr.To(cuda)},
-	}
-	for k, v := range acceleratorAttributes(g) {
-		attrs[k] = v
-	}
-	return resourceapi.Device{
-		Name:       g.name,
-		Attributes: attrs,
-		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			"memory": {Value: *resource.NewQuantity(int64(g.memoryBytes), resource.BinarySI)},
-		},
-	}, nil
+// deviceState is what the checkpoint keeps about a prepared device.
+type deviceState struct {
+	Kind deviceKind `json:"kind"`
+	// GPUInstance and ComputeInstance are the ids of a MIG device's
+	// instances.
+	GPUInstance     *uint32 `json:"gpuInstance,omitempty"`
+	ComputeInstance *uint32 `json:"computeInstance,omitempty"`
+	// Strategy is a shared device's isolation.
+	Strategy string `json:"strategy,omitempty"`
 }
 
-// acceleratorAttributes are the vendor-neutral and standard attributes
-// shared by a GPU and its partitions.
-func acceleratorAttributes(g *gpu) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-	q := func(name string) resourceapi.QualifiedName {
-		return resourceapi.QualifiedName(AcceleratorDomain + "/" + name)
-	}
-	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		q("type"):     {StringValue: ptr.To("gpu")},
-		q("vendor"):   {StringValue: ptr.To("nvidia")},
-		q("model"):    {StringValue: ptr.To(g.family)},
-		q("numaNode"): {IntValue: ptr.To(int64(g.topology.NUMANode))},
-		deviceattribute.StandardDeviceAttributePCIeRoot: {StringValue: ptr.To(g.topology.Root)},
-		deviceattribute.StandardDeviceAttributePCIBusID: {StringValue: ptr.To(g.topology.BusID)},
-	}
-	if g.topology.Switch != "" {
-		attrs[q("pcieSwitch")] = resourceapi.DeviceAttribute{StringValue: ptr.To(g.topology.Switch)}
-	}
-	return attrs
-}
-
-// Prepare implements plugin.Backend.
-func (b *Backend) Prepare(_ context.Context, req *plugin.PrepareRequest) (*plugin.PrepareResponse, error) {
-	majors, err := b.majors()
-	if err != nil {
-		return nil, err
-	}
+// Prepare implements plugin.Backend. Devices are prepared in order; if
+// one fails, the ones before it are released again.
+func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plugin.PrepareResponse, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	resp := &plugin.PrepareResponse{Common: b.controlEdits(majors)}
-	var uuids []string
-	for _, a := range req.Devices {
-		g, ok := b.gpus[a.Device]
-		if !ok {
-			return nil, fmt.Errorf("device %s is not a GPU of this node", a.Device)
+	resp := &plugin.PrepareResponse{Common: b.controlEdits()}
+	claim := claimRef(req.Claim)
+	var visible []string
+	var shared []sharedDevice
+	for i, a := range req.Devices {
+		prepared, uuid, sd, err := b.prepareDevice(ctx, claim, a)
+		if err != nil {
+			b.releaseLocked(ctx, claim, resp.Devices)
+			return nil, fmt.Errorf("device %s: %w", a.Device, err)
 		}
-		if len(a.Configs) > 0 {
-			return nil, fmt.Errorf("device %s: opaque configuration for %s is not supported for whole GPUs", a.Device, DriverName)
+		resp.Devices = append(resp.Devices, prepared)
+		visible = append(visible, uuid)
+		if sd != nil {
+			sd.index = i
+			shared = append(shared, *sd)
 		}
-		uuids = append(uuids, g.uuid)
-		resp.Devices = append(resp.Devices, plugin.PreparedDevice{
-			Request: a.Request, Pool: a.Pool, Device: a.Device, ShareID: a.ShareID,
-			Edits: cdispec.ContainerEdits{
-				DeviceNodes: []*cdispec.DeviceNode{b.node(fmt.Sprintf("nvidia%d", g.minor), majors.nvidia, int64(g.minor))},
-			},
-		})
 	}
-	resp.Common.Env = append(resp.Common.Env, "NVIDIA_VISIBLE_DEVICES="+strings.Join(uuids, ","))
+	resp.Common.Env = append(resp.Common.Env, "NVIDIA_VISIBLE_DEVICES="+strings.Join(visible, ","))
+	if len(shared) > 0 {
+		edits, err := b.sharingEdits(claim, shared)
+		if err != nil {
+			b.releaseLocked(ctx, claim, resp.Devices)
+			return nil, err
+		}
+		resp.Common = mergeEdits(resp.Common, edits)
+	}
 	return resp, nil
 }
 
-// Unprepare implements plugin.Backend. Whole GPUs hold no state outside the
-// CDI spec, which the plugin removes.
-func (b *Backend) Unprepare(context.Context, plugin.ClaimRef, []plugin.PreparedDevice) error {
-	return nil
+func (b *Backend) prepareDevice(ctx context.Context, claim plugin.ClaimRef, a plugin.AllocatedDevice) (plugin.PreparedDevice, string, *sharedDevice, error) {
+	d, ok := b.devices[a.Device]
+	if !ok {
+		return plugin.PreparedDevice{}, "", nil, fmt.Errorf("not a device of this node")
+	}
+	cfg, err := decodeConfigs(a.Configs)
+	if err != nil {
+		return plugin.PreparedDevice{}, "", nil, err
+	}
+	out := plugin.PreparedDevice{Request: a.Request, Pool: a.Pool, Device: a.Device, ShareID: a.ShareID}
+	st := deviceState{Kind: d.kind}
+	gpuNode := b.node(fmt.Sprintf("nvidia%d", d.gpu.minor), b.devs.nvidia, int64(d.gpu.minor))
+	uuid := d.gpu.uuid
+	var sd *sharedDevice
+	switch d.kind {
+	case kindGPU:
+		if cfg.Sharing != nil {
+			return out, "", nil, errors.New("sharing: only shared GPUs (DeviceClass nvidia-shared.strata.sh) take a sharing configuration; this is a whole GPU")
+		}
+		if err := b.setMIGMode(d.gpu, false); err != nil {
+			return out, "", nil, err
+		}
+		out.Edits.DeviceNodes = []*cdispec.DeviceNode{gpuNode}
+	case kindMIG:
+		if cfg.Sharing != nil {
+			return out, "", nil, errors.New("sharing: only shared GPUs (DeviceClass nvidia-shared.strata.sh) take a sharing configuration; this is a MIG device")
+		}
+		gi, ci, err := b.createMIG(ctx, d)
+		if err != nil {
+			return out, "", nil, err
+		}
+		st.GPUInstance, st.ComputeInstance = &gi, &ci
+		nodes, err := b.migNodes(d.gpu, gi, ci)
+		if err != nil {
+			_ = b.destroyMIG(ctx, d, &gi)
+			return out, "", nil, err
+		}
+		out.Edits.DeviceNodes = append([]*cdispec.DeviceNode{gpuNode}, nodes...)
+		uuid = fmt.Sprintf("MIG-%s/%d/%d", d.gpu.uuid, gi, ci)
+	case kindShared:
+		if err := b.setMIGMode(d.gpu, false); err != nil {
+			return out, "", nil, err
+		}
+		s, err := b.sharedLimits(d, a, cfg)
+		if err != nil {
+			return out, "", nil, err
+		}
+		if err := b.startSharing(ctx, d.gpu, s.strategy); err != nil {
+			return out, "", nil, err
+		}
+		st.Strategy = string(s.strategy)
+		sd = &s
+		out.Edits.DeviceNodes = []*cdispec.DeviceNode{gpuNode}
+	}
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return out, "", nil, err
+	}
+	out.State = raw
+	return out, uuid, sd, nil
+}
+
+// Unprepare implements plugin.Backend.
+func (b *Backend) Unprepare(ctx context.Context, claim plugin.ClaimRef, devices []plugin.PreparedDevice) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.releaseLocked(ctx, claim, devices)
+}
+
+// releaseLocked undoes what prepare did for each device and for the
+// claim. Devices without State (an interrupted prepare) are found by
+// identity: a MIG device's instance by its profile and placement.
+func (b *Backend) releaseLocked(ctx context.Context, claim plugin.ClaimRef, devices []plugin.PreparedDevice) error {
+	var errs []error
+	for _, p := range devices {
+		d, ok := b.devices[p.Device]
+		if !ok {
+			klog.FromContext(ctx).Info("Prepared device no longer published, nothing to release", "device", p.Device)
+			continue
+		}
+		var st deviceState
+		if len(p.State) > 0 {
+			if err := json.Unmarshal(p.State, &st); err != nil {
+				errs = append(errs, fmt.Errorf("device %s: checkpoint state: %w", p.Device, err))
+				continue
+			}
+		}
+		switch d.kind {
+		case kindMIG:
+			if err := b.destroyMIG(ctx, d, st.GPUInstance); err != nil {
+				errs = append(errs, fmt.Errorf("device %s: %w", p.Device, err))
+			}
+		case kindShared:
+			if st.Strategy != "" {
+				if err := b.stopSharing(ctx, d.gpu, sharingStrategy(st.Strategy)); err != nil {
+					errs = append(errs, fmt.Errorf("device %s: %w", p.Device, err))
+				}
+			}
+		}
+	}
+	if err := b.removeClaimFiles(claim); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Reconcile implements plugin.Reconciler: at start-up it destroys MIG
+// instances and removes per-claim files that no prepared claim owns (left
+// by a crash between creating them and recording them), and recounts the
+// users of each MPS daemon.
+func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) error {
+	if _, err := b.Discover(ctx); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	owned := map[string]map[uint32]bool{} // GPU name -> owned GPU instance ids
+	claims := map[string]bool{}
+	b.mpsUsers, b.nonMPSUsers = map[string]int{}, map[string]int{}
+	for _, c := range prepared {
+		claims[string(c.UID)] = true
+		for _, p := range c.Devices {
+			d, ok := b.devices[p.Device]
+			if !ok || len(p.State) == 0 {
+				continue
+			}
+			var st deviceState
+			if err := json.Unmarshal(p.State, &st); err != nil {
+				continue
+			}
+			if d.kind == kindMIG && st.GPUInstance != nil {
+				if owned[d.gpu.name] == nil {
+					owned[d.gpu.name] = map[uint32]bool{}
+				}
+				owned[d.gpu.name][*st.GPUInstance] = true
+			}
+			if d.kind == kindShared && st.Strategy != "" {
+				if sharingStrategy(st.Strategy) == strategyMPS {
+					b.mpsUsers[d.gpu.name]++
+				} else {
+					b.nonMPSUsers[d.gpu.name]++
+				}
+			}
+		}
+	}
+	var errs []error
+	for _, g := range b.gpus {
+		if err := b.destroyUnownedMIG(ctx, g, owned[g.name]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, b.removeUnownedClaimFiles(ctx, claims), b.stopUnusedMPS(ctx))
+	return errors.Join(errs...)
 }
 
 // controlEdits are the device nodes every CUDA process needs besides the
 // GPU itself.
-func (b *Backend) controlEdits(m majors) cdispec.ContainerEdits {
+func (b *Backend) controlEdits() cdispec.ContainerEdits {
 	return cdispec.ContainerEdits{
 		DeviceNodes: []*cdispec.DeviceNode{
-			b.node("nvidiactl", m.nvidia, 255),
-			b.node("nvidia-uvm", m.uvm, 0),
-			b.node("nvidia-uvm-tools", m.uvm, 1),
+			b.node("nvidiactl", b.devs.nvidia, 255),
+			b.node("nvidia-uvm", b.devs.uvm, 0),
+			b.node("nvidia-uvm-tools", b.devs.uvm, 1),
 		},
 		Env: []string{"NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
 	}
@@ -215,37 +379,16 @@ func (b *Backend) node(name string, major, minor int64) *cdispec.DeviceNode {
 	}
 }
 
-type majors struct{ nvidia, uvm int64 }
+func claimRef(c *resourceapi.ResourceClaim) plugin.ClaimRef {
+	if c == nil {
+		return plugin.ClaimRef{}
+	}
+	return plugin.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: c.UID}
+}
 
-// majors reads the character device majors the NVIDIA kernel modules
-// registered. nvidia-uvm's is dynamic and differs between hosts.
-func (b *Backend) majors() (majors, error) {
-	path := filepath.Join(b.cfg.ProcRoot, "devices")
-	f, err := os.Open(path)
-	if err != nil {
-		return majors{}, fmt.Errorf("read device majors: %w", err)
-	}
-	defer f.Close()
-	var m majors
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) != 2 {
-			continue
-		}
-		n, err := strconv.ParseInt(fields[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch fields[1] {
-		case "nvidia-frontend", "nvidia":
-			m.nvidia = n
-		case "nvidia-uvm":
-			m.uvm = n
-		}
-	}
-	if m.nvidia == 0 || m.uvm == 0 {
-		return majors{}, fmt.Errorf("%s lists no nvidia or nvidia-uvm character device: is the NVIDIA driver loaded?", path)
-	}
-	return m, sc.Err()
+func mergeEdits(a, b cdispec.ContainerEdits) cdispec.ContainerEdits {
+	a.Env = append(a.Env, b.Env...)
+	a.DeviceNodes = append(a.DeviceNodes, b.DeviceNodes...)
+	a.Mounts = append(a.Mounts, b.Mounts...)
+	return a
 }

@@ -28,6 +28,13 @@ type gpu struct {
 	topology      pci.Topology
 	driverVersion string
 	cudaVersion   string
+	// handle is the NVML device.
+	handle nvml.Device
+	// mig describes the MIG profiles the GPU supports; nil if none.
+	mig *migCapability
+	// partitions maps a partition size to the id of the NVLink partition
+	// of that size the GPU belongs to.
+	partitions map[int]string
 }
 
 // discoverGPUs enumerates the GPUs through NVML and sysfs.
@@ -63,7 +70,7 @@ func discoverGPUs(lib nvml.Interface, topo *pci.Reader) ([]*gpu, error) {
 }
 
 func describe(dev nvml.Device, topo *pci.Reader) (*gpu, error) {
-	g := &gpu{}
+	g := &gpu{handle: dev}
 	var ret nvml.Return
 	if g.minor, ret = dev.GetMinorNumber(); ret != nvml.SUCCESS {
 		return nil, nvmlError("get minor number", ret)
@@ -100,6 +107,9 @@ func describe(dev nvml.Device, topo *pci.Reader) (*gpu, error) {
 		return nil, err
 	}
 	g.topology = t
+	if g.mig, err = discoverMIG(dev); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 

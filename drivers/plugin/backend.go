@@ -93,3 +93,18 @@ type PreparedDevice struct {
 	// the id of a partition created for the claim.
 	State json.RawMessage `json:"state,omitempty"`
 }
+
+// Reconciler is implemented by backends that hold hardware state outside
+// the checkpoint (partitions, daemons). After start-up recovery the plugin
+// hands it every prepared claim, and the backend releases whatever no
+// claim owns, as left behind by a crash mid-prepare.
+type Reconciler interface {
+	Reconcile(ctx context.Context, prepared []ClaimState) error
+}
+
+// HealthWatcher is implemented by backends that monitor device health.
+// WatchHealth runs until ctx ends and calls changed whenever Discover
+// would now report different devices (taints).
+type HealthWatcher interface {
+	WatchHealth(ctx context.Context, changed func())
+}

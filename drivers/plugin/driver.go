@@ -77,6 +77,10 @@ type Driver struct {
 	recorder record.EventRecorder
 	stopRec  func()
 	helper   *kubeletplugin.Helper
+	// stopWatch ends the backend's health watch; watchDone closes when it
+	// has returned.
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
 
 	// mu guards state and the checkpoint file. The kubelet plugin helper
 	// already serializes gRPC calls; the lock also covers start-up
@@ -111,11 +115,13 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	d.recorder, d.stopRec = newRecorder(ctx, cfg)
 
-	if err := d.recover(ctx); err != nil {
+	// Discover first: rolling back an interrupted prepare needs to know
+	// the devices.
+	if err := d.refreshInventory(ctx); err != nil {
 		d.stopRec()
 		return nil, err
 	}
-	if err := d.refreshInventory(ctx); err != nil {
+	if err := d.recover(ctx); err != nil {
 		d.stopRec()
 		return nil, err
 	}
@@ -136,6 +142,19 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		d.Stop()
 		return nil, err
 	}
+	if hw, ok := cfg.Backend.(HealthWatcher); ok {
+		watchCtx, cancel := context.WithCancel(ctx)
+		d.stopWatch = cancel
+		d.watchDone = make(chan struct{})
+		go func() {
+			defer close(d.watchDone)
+			hw.WatchHealth(watchCtx, func() {
+				if err := d.Republish(watchCtx); err != nil && watchCtx.Err() == nil {
+					logger.Error(err, "Republishing after a health change failed")
+				}
+			})
+		}()
+	}
 	logger.V(1).Info("Kubelet plugin started", "devices", len(d.inventory.Devices))
 	return d, nil
 }
@@ -143,6 +162,10 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 // Stop shuts down the gRPC services and slice publishing. Published slices
 // stay in the API server, as they do when a real plugin restarts.
 func (d *Driver) Stop() {
+	if d.stopWatch != nil {
+		d.stopWatch()
+		<-d.watchDone
+	}
 	d.helper.Stop()
 	d.stopRec()
 }
@@ -240,6 +263,15 @@ func (d *Driver) recover(ctx context.Context) error {
 		logger.V(1).Info("Rolling back interrupted prepare", "claim", klog.KRef(claim.Namespace, claim.Name), "claimUID", uid)
 		if err := d.rollbackLocked(ctx, claim); err != nil {
 			return fmt.Errorf("roll back interrupted prepare of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+	}
+	if r, ok := d.cfg.Backend.(Reconciler); ok {
+		prepared := make([]ClaimState, 0, len(state.Claims))
+		for _, c := range state.Claims {
+			prepared = append(prepared, *c)
+		}
+		if err := r.Reconcile(ctx, prepared); err != nil {
+			return fmt.Errorf("reconcile devices with the checkpoint: %w", err)
 		}
 	}
 	uids, err := d.cdi.ClaimUIDs()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -21,9 +22,18 @@ type NodeHardware struct {
 	Machine hardware.Machine
 	// NVML is the node's NVML mock, nil on nodes without NVIDIA GPUs.
 	NVML *nvmlmock.Server
+	// MPS records the node's MPS control daemons.
+	MPS *nvmlmock.MPS
 	// BootID is the node's current boot id.
 	BootID string
 }
+
+// Health monitoring periods of simulated NVIDIA nodes: shorter than on a
+// real node so that health changes show within a test.
+var (
+	HealthInterval = 200 * time.Millisecond
+	XIDHoldDown    = 5 * time.Second
+)
 
 // NodeSpecs expands the cluster into node specs, in group order.
 func (c *Cluster) NodeSpecs() ([]node.Spec, error) {
@@ -62,6 +72,7 @@ func withHardware(spec *node.Spec, preset string) error {
 		if hw.NVML, err = nvmlmock.New(m, spec.Name); err != nil {
 			return err
 		}
+		hw.MPS = nvmlmock.NewMPS()
 		spec.Plugins = append(spec.Plugins, node.PluginFactory{Driver: nvidia.DriverName, Start: hw.startNVIDIA})
 	}
 	spec.Hardware = hw
@@ -73,10 +84,16 @@ func withHardware(spec *node.Spec, preset string) error {
 
 func (hw *NodeHardware) startNVIDIA(ctx context.Context, env node.PluginEnv) (node.Plugin, error) {
 	backend, err := nvidia.New(nvidia.Config{
-		NVML:      hw.NVML,
-		SysfsRoot: filepath.Join(env.Root, hardware.SysDir),
-		ProcRoot:  filepath.Join(env.Root, hardware.ProcDir),
-		DevRoot:   env.Root,
+		NVML:                 hw.NVML,
+		SysfsRoot:            filepath.Join(env.Root, hardware.SysDir),
+		ProcRoot:             filepath.Join(env.Root, hardware.ProcDir),
+		DevRoot:              env.Root,
+		StateDir:             env.PluginDir(nvidia.DriverName),
+		FabricPartitionsFile: filepath.Join(env.Root, hardware.FabricPartitionsFile),
+		HAMiCoreLibrary:      filepath.Join(env.Root, "usr/local/vgpu/libvgpu.so"),
+		MPS:                  hw.MPS,
+		HealthInterval:       HealthInterval,
+		XIDHoldDown:          XIDHoldDown,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("NVIDIA backend: %w", err)

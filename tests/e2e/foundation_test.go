@@ -47,7 +47,7 @@ func TestWholeGPULifecycle(t *testing.T) {
 	// Published: eight GPUs named by minor number with their real topology.
 	var devices map[string]resourceapi.Device
 	e.eventually(30*time.Second, "8 GPUs published", func(ctx context.Context) (bool, error) {
-		devices = e.devicesOf(nodeName, nvidia.DriverName)
+		devices = e.devicesOf(nodeName, nvidia.DriverName, "gpu")
 		return len(devices) == 8, nil
 	})
 	gpu3, ok := devices["gpu-3"]

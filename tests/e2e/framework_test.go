@@ -199,8 +199,8 @@ func (e *env) checkpointClaims(nodeName, driver string) map[string]string {
 	return out
 }
 
-// slicesOf returns the devices a driver published for a node.
-func (e *env) devicesOf(nodeName, driver string) map[string]resourceapi.Device {
+// devicesOf returns the devices of a type a driver published for a node.
+func (e *env) devicesOf(nodeName, driver, typ string) map[string]resourceapi.Device {
 	e.t.Helper()
 	slices, err := e.client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{})
 	if err != nil {
@@ -212,7 +212,9 @@ func (e *env) devicesOf(nodeName, driver string) map[string]resourceapi.Device {
 			continue
 		}
 		for _, d := range s.Spec.Devices {
-			out[d.Name] = d
+			if a := d.Attributes["type"]; a.StringValue != nil && *a.StringValue == typ {
+				out[d.Name] = d
+			}
 		}
 	}
 	return out

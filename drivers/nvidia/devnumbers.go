@@ -1,0 +1,81 @@
+package nvidia
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// devNumbers are the character device numbers the NVIDIA kernel modules
+// registered. Only nvidia's major is fixed; nvidia-uvm's and nvidia-caps'
+// are dynamic and differ between hosts, and MIG capability minors come
+// from the driver's table.
+type devNumbers struct {
+	nvidia, uvm, caps int64
+	// migMinors maps "gpu<minor>/gi<id>/access" and
+	// "gpu<minor>/gi<id>/ci<id>/access" to the nvidia-caps minor.
+	migMinors map[string]int64
+}
+
+func readDevNumbers(procRoot string) (devNumbers, error) {
+	path := filepath.Join(procRoot, "devices")
+	f, err := os.Open(path)
+	if err != nil {
+		return devNumbers{}, fmt.Errorf("read device majors: %w", err)
+	}
+	defer f.Close()
+	var d devNumbers
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) != 2 {
+			continue
+		}
+		n, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch fields[1] {
+		case "nvidia-frontend", "nvidia":
+			d.nvidia = n
+		case "nvidia-uvm":
+			d.uvm = n
+		case "nvidia-caps":
+			d.caps = n
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return devNumbers{}, err
+	}
+	if d.nvidia == 0 || d.uvm == 0 {
+		return devNumbers{}, fmt.Errorf("%s lists no nvidia or nvidia-uvm character device: is the NVIDIA driver loaded?", path)
+	}
+	d.migMinors, err = readMIGMinors(filepath.Join(procRoot, "driver", "nvidia-caps", "mig-minors"))
+	return d, err
+}
+
+// readMIGMinors parses the driver's MIG capability table. A driver
+// without MIG support has none, which is not an error.
+func readMIGMinors(path string) (map[string]int64, error) {
+	raw, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read MIG capability minors: %w", err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			continue
+		}
+		if n, err := strconv.ParseInt(fields[1], 10, 64); err == nil {
+			out[fields[0]] = n
+		}
+	}
+	return out, nil
+}
