@@ -19,10 +19,14 @@ import (
 // itself (claim not created or not reserved yet); the pod is retried.
 var errNotReady = errors.New("not ready")
 
-// podClaim is one entry of pod.spec.resourceClaims resolved to its claim.
+// podClaim is one entry of pod.spec.resourceClaims resolved to its claim,
+// or the claim the scheduler created for the pod's extended resources.
 type podClaim struct {
 	podClaimName string
 	claim        *resourceapi.ResourceClaim
+	// extended maps container names to the claim requests that satisfy
+	// their extended resources; set only for the extended-resource claim.
+	extended map[string][]string
 }
 
 // preparedDevices maps claim UID to the devices the plugins returned.
@@ -68,19 +72,40 @@ func (n *Node) resolveClaims(ctx context.Context, pod *corev1.Pod) ([]podClaim, 
 		if name == "" {
 			continue // a template that needs no claim
 		}
-		claim, err := n.Env.Client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		claim, err := n.getReservedClaim(ctx, pod, name)
 		if err != nil {
-			return nil, fmt.Errorf("get ResourceClaim %s/%s: %w", pod.Namespace, name, err)
-		}
-		if claim.Status.Allocation == nil {
-			return nil, fmt.Errorf("%w: ResourceClaim %s/%s is not allocated", errNotReady, pod.Namespace, name)
-		}
-		if !reservedFor(claim, pod.UID) {
-			return nil, fmt.Errorf("%w: ResourceClaim %s/%s is not reserved for the pod", errNotReady, pod.Namespace, name)
+			return nil, err
 		}
 		out = append(out, podClaim{podClaimName: pc.Name, claim: claim})
 	}
+	if ext := pod.Status.ExtendedResourceClaimStatus; ext != nil {
+		claim, err := n.getReservedClaim(ctx, pod, ext.ResourceClaimName)
+		if err != nil {
+			return nil, err
+		}
+		pc := podClaim{claim: claim, extended: map[string][]string{}}
+		for _, m := range ext.RequestMappings {
+			pc.extended[m.ContainerName] = append(pc.extended[m.ContainerName], m.RequestName)
+		}
+		out = append(out, pc)
+	}
 	return out, nil
+}
+
+// getReservedClaim fetches a claim and checks that it is allocated and
+// reserved for the pod.
+func (n *Node) getReservedClaim(ctx context.Context, pod *corev1.Pod, name string) (*resourceapi.ResourceClaim, error) {
+	claim, err := n.Env.Client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get ResourceClaim %s/%s: %w", pod.Namespace, name, err)
+	}
+	if claim.Status.Allocation == nil {
+		return nil, fmt.Errorf("%w: ResourceClaim %s/%s is not allocated", errNotReady, pod.Namespace, name)
+	}
+	if !reservedFor(claim, pod.UID) {
+		return nil, fmt.Errorf("%w: ResourceClaim %s/%s is not reserved for the pod", errNotReady, pod.Namespace, name)
+	}
+	return claim, nil
 }
 
 func claimName(pod *corev1.Pod, pc corev1.PodResourceClaim) (string, error) {
@@ -175,9 +200,18 @@ func claimDrivers(claim *resourceapi.ResourceClaim) []string {
 // the claims (and requests) it lists in resources.claims.
 func containerCDIDevices(c corev1.Container, claims []podClaim, devices preparedDevices) []string {
 	var ids []string
+	for _, pc := range claims {
+		for _, request := range pc.extended[c.Name] {
+			for _, d := range devices[pc.claim.UID] {
+				if servesRequest(d.RequestNames, request) {
+					ids = append(ids, d.CdiDeviceIds...)
+				}
+			}
+		}
+	}
 	for _, ref := range c.Resources.Claims {
 		for _, pc := range claims {
-			if pc.podClaimName != ref.Name {
+			if pc.extended != nil || pc.podClaimName != ref.Name {
 				continue
 			}
 			for _, d := range devices[pc.claim.UID] {

@@ -74,7 +74,12 @@ type Pod struct {
 	Containers map[string]node.Container `json:"containers,omitempty"`
 }
 
-// PodClaim is one entry of pod.spec.resourceClaims.
+// ExtendedResourcesClaim names the report entry of the claim the scheduler
+// creates for a pod's extended resources (nvidia.com/gpu: 2, for example).
+const ExtendedResourcesClaim = "(extended resources)"
+
+// PodClaim is one entry of pod.spec.resourceClaims, or the claim for the
+// pod's extended resources.
 type PodClaim struct {
 	// Name is the entry's name in the pod spec.
 	Name string `json:"name"`
@@ -224,6 +229,10 @@ func podReport(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim, wa
 		}
 		p.Claims = append(p.Claims, entry)
 	}
+	if ext := pod.Status.ExtendedResourceClaimStatus; ext != nil {
+		p.Claims = append(p.Claims, PodClaim{Name: ExtendedResourcesClaim, ResourceClaim: ext.ResourceClaimName,
+			Devices: devices(claims[pod.Namespace+"/"+ext.ResourceClaimName])})
+	}
 	if pod.Status.Phase == corev1.PodRunning {
 		if containers != nil {
 			p.Containers = containers(pod.UID)
@@ -235,16 +244,23 @@ func podReport(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim, wa
 			p.Reason, p.Message = c.Reason, c.Message
 		}
 	}
-	if ev, ok := warnings[pod.UID]; ok && (p.Reason == "" || pod.Spec.NodeName != "") {
+	// Once bound, a pod's problem is on its node: the scheduler's earlier
+	// complaints no longer apply.
+	if ev, ok := warnings[pod.UID]; ok && pod.Spec.NodeName != "" {
 		p.Reason, p.Message = ev.Reason, ev.Message
 	}
 	return p
 }
 
-// lastWarnings returns the newest warning event of every object.
+// lastWarnings returns the newest warning event of every object, leaving
+// out scheduling failures: those are reported through the PodScheduled
+// condition.
 func lastWarnings(events []corev1.Event) map[types.UID]corev1.Event {
 	out := map[types.UID]corev1.Event{}
 	for _, ev := range events {
+		if ev.Reason == "FailedScheduling" {
+			continue
+		}
 		uid := ev.InvolvedObject.UID
 		if old, ok := out[uid]; !ok || eventTime(ev).After(eventTime(old).Time) {
 			out[uid] = ev

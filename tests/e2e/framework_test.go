@@ -20,6 +20,7 @@ import (
 
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/sim"
+	"github.com/strata-sh/strata/sim/apply"
 	"github.com/strata-sh/strata/sim/cluster"
 	"github.com/strata-sh/strata/sim/node"
 )
@@ -223,4 +224,68 @@ func (e *env) devicesOf(nodeName, driver, typ string) map[string]resourceapi.Dev
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// examplesDir holds the manifests users copy; tests apply them as they are.
+const examplesDir = "../../deployments/examples"
+
+// applyFile applies a manifest file, as strata-sim -f does.
+func (e *env) applyFile(path string) {
+	e.t.Helper()
+	objs, err := apply.ReadPaths([]string{path})
+	if err != nil {
+		e.t.Fatalf("read %s: %v", path, err)
+	}
+	if err := e.sim.Apply(e.ctx, objs); err != nil {
+		e.t.Fatalf("apply %s: %v", path, err)
+	}
+}
+
+// waitEvent waits for an event of the given reason about an object and
+// returns its message.
+func (e *env) waitEvent(ns, name, reason string) string {
+	e.t.Helper()
+	var msg string
+	e.eventually(30*time.Second, fmt.Sprintf("%s event for %s/%s", reason, ns, name), func(ctx context.Context) (bool, error) {
+		events, err := e.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reason + ",involvedObject.name=" + name})
+		if err != nil {
+			return false, err
+		}
+		for _, ev := range events.Items {
+			msg = ev.Message
+			return true, nil
+		}
+		return false, nil
+	})
+	return msg
+}
+
+// claimResults returns the allocation results of the claim behind a pod's
+// claim entry.
+func (e *env) claimResults(pod *corev1.Pod, entry string) []resourceapi.DeviceRequestAllocationResult {
+	e.t.Helper()
+	return e.podClaim(pod, entry).Status.Allocation.Devices.Results
+}
+
+// nvidiaLeftovers lists what the NVIDIA plugin of a node still holds:
+// checkpoint entries, CDI specs and MIG instances.
+func (e *env) nvidiaLeftovers(nodeName string) []string {
+	e.t.Helper()
+	var out []string
+	for uid := range e.checkpointClaims(nodeName, nvidia.DriverName) {
+		out = append(out, "checkpoint claim "+uid)
+	}
+	specs, _ := filepath.Glob(filepath.Join(e.node(nodeName).Env.CDIDir, "*.json"))
+	for _, s := range specs {
+		out = append(out, "CDI spec "+filepath.Base(s))
+	}
+	for gpu, n := range e.hardware(nodeName).NVML.MIGInstances() {
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%d MIG instances on GPU %d", n, gpu))
+		}
+	}
+	for _, uuid := range e.hardware(nodeName).MPS.Running() {
+		out = append(out, "MPS daemon on "+uuid)
+	}
+	return out
 }
