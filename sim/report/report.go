@@ -94,6 +94,8 @@ type Device struct {
 	Driver  string `json:"driver"`
 	Pool    string `json:"pool"`
 	Device  string `json:"device"`
+	// Consumed is the capacity taken from a shared device.
+	Consumed map[string]string `json:"consumed,omitempty"`
 }
 
 // Claim is one ResourceClaim.
@@ -201,7 +203,14 @@ func devices(c *resourceapi.ResourceClaim) []Device {
 	}
 	var out []Device
 	for _, res := range c.Status.Allocation.Devices.Results {
-		out = append(out, Device{Request: res.Request, Driver: res.Driver, Pool: res.Pool, Device: res.Device})
+		d := Device{Request: res.Request, Driver: res.Driver, Pool: res.Pool, Device: res.Device}
+		for name, q := range res.ConsumedCapacity {
+			if d.Consumed == nil {
+				d.Consumed = map[string]string{}
+			}
+			d.Consumed[string(name)] = q.String()
+		}
+		out = append(out, d)
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 )
@@ -68,7 +69,19 @@ func deviceList(devs []Device) string {
 	}
 	parts := make([]string, 0, len(devs))
 	for _, d := range devs {
-		parts = append(parts, fmt.Sprintf("%s/%s/%s", d.Driver, d.Pool, d.Device))
+		part := fmt.Sprintf("%s/%s/%s", d.Driver, d.Pool, d.Device)
+		if len(d.Consumed) > 0 {
+			names := make([]string, 0, len(d.Consumed))
+			for name := range d.Consumed {
+				names = append(names, name)
+			}
+			sort.Strings(names)
+			for i, name := range names {
+				names[i] = name + "=" + d.Consumed[name]
+			}
+			part += " (" + strings.Join(names, ",") + ")"
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, ", ")
 }

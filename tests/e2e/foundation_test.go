@@ -232,7 +232,7 @@ func TestDemo(t *testing.T) {
 	var out bytes.Buffer
 	err := sim.Run(context.Background(), sim.RunOptions{
 		ClusterFile: dir + "/cluster.yaml",
-		Manifests:   []string{dir},
+		Manifests:   []string{dir, examplesDir + "/nvidia"},
 		Once:        true,
 		Format:      sim.FormatJSON,
 		Timeout:     time.Minute,
@@ -250,10 +250,17 @@ func TestDemo(t *testing.T) {
 		nodePrefix string
 		devices    int
 	}{
-		"finetune":   {"dgx-h100-", 2},
-		"notebook":   {"dgx-a100-", 1},
-		"inference":  {"dgx-h100-", 4},
-		"preprocess": {"", 0},
+		"finetune":       {"dgx-h100-", 2},
+		"notebook":       {"dgx-a100-", 1},
+		"inference":      {"dgx-h100-", 4},
+		"preprocess":     {"", 0},
+		"mig-inference":  {"dgx-a100-", 1},
+		"shared-a":       {"dgx-h100-", 1},
+		"shared-b":       {"dgx-h100-", 1},
+		"tp2-restricted": {"dgx-", 2},
+		"tp2-besteffort": {"dgx-", 2},
+		"numa-pair":      {"dgx-", 2},
+		"legacy-gpu-pod": {"dgx-", 1},
 	}
 	if len(r.Pods) != len(want) {
 		t.Errorf("report has %d pods, want %d", len(r.Pods), len(want))
