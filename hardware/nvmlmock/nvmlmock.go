@@ -134,6 +134,31 @@ func (s *Server) patchDevice(i int, dev *server.Device, fn hardware.PCIFunction,
 		s.compute[i] = m
 		return nvml.SUCCESS
 	}
+	// Like the driver, hand out the lowest free GPU instance id (go-nvml's
+	// mock counts up forever), refuse instances outside MIG mode and
+	// placements that overlap an existing instance.
+	dev.CreateGpuInstanceWithPlacementFunc = func(info *nvml.GpuInstanceProfileInfo, placement *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
+		dev.Lock()
+		defer dev.Unlock()
+		if dev.MigMode != nvml.DEVICE_MIG_ENABLE {
+			return nil, nvml.ERROR_NOT_SUPPORTED
+		}
+		used := map[uint32]bool{}
+		for gi := range dev.GpuInstances {
+			used[gi.Info.Id] = true
+			p := gi.Info.Placement
+			if placement.Start < p.Start+p.Size && p.Start < placement.Start+placement.Size {
+				return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
+			}
+		}
+		id := uint32(0)
+		for used[id] {
+			id++
+		}
+		gi := server.NewGpuInstanceFromInfo(nvml.GpuInstanceInfo{Device: dev, Id: id, ProfileId: info.Id, Placement: *placement}, dev.Config.MIGProfiles)
+		dev.GpuInstances[gi] = struct{}{}
+		return gi, nvml.SUCCESS
+	}
 	dev.GetGpuInstanceByIdFunc = func(id int) (nvml.GpuInstance, nvml.Return) {
 		dev.RLock()
 		defer dev.RUnlock()

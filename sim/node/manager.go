@@ -243,9 +243,15 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 	}
 	containers, err := n.startPod(ctx, pod)
 	if err != nil {
-		if !errors.Is(err, errNotReady) {
-			m.recorder(n.Spec.Name).Event(pod, corev1.EventTypeWarning, ReasonFailedPrepare, err.Error())
+		if errors.Is(err, errNotReady) {
+			return err
 		}
+		if m.goingAway(ctx, pod) {
+			// The pod was deleted while its claims were being prepared;
+			// its deletion is processed next.
+			return nil
+		}
+		m.recorder(n.Spec.Name).Event(pod, corev1.EventTypeWarning, ReasonFailedPrepare, err.Error())
 		return err
 	}
 	m.mu.Lock()
@@ -280,6 +286,13 @@ func (m *Manager) podGone(ctx context.Context, key string) error {
 	delete(m.containers, rec.uid)
 	m.mu.Unlock()
 	return nil
+}
+
+// goingAway asks the API server whether a pod is being deleted; the
+// informer may not know yet.
+func (m *Manager) goingAway(ctx context.Context, pod *corev1.Pod) bool {
+	cur, err := m.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	return apierrors.IsNotFound(err) || (err == nil && (cur.UID != pod.UID || cur.DeletionTimestamp != nil))
 }
 
 func (m *Manager) forget(uid types.UID) {

@@ -44,10 +44,11 @@ func (r *containerRuntime) inject(ids []string) (Container, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// Specs are written per claim just before this call; reread the
-	// directory, as a runtime does on a cache miss.
-	if err := r.cache.Refresh(); err != nil {
-		return Container{}, fmt.Errorf("refresh CDI specs: %w", err)
-	}
+	// directory, as a runtime does on a cache miss. Errors about other
+	// specs (one removed while the directory is read, say) do not matter
+	// here: a device this container needs and cannot find is reported by
+	// the injection below.
+	_ = r.cache.Refresh()
 	spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
 	if unresolved, err := r.cache.InjectDevices(spec, ids...); err != nil {
 		if len(unresolved) > 0 {

@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/strata-sh/strata/drivers/nvidia"
+	"github.com/strata-sh/strata/internal/testutil"
+	"github.com/strata-sh/strata/scheduler-plugins/config"
+	"github.com/strata-sh/strata/sim/node"
+)
+
+const streamCluster = `
+apiVersion: sim.strata.sh/v1alpha1
+kind: Cluster
+nodeGroups:
+- name: h100
+  count: 2
+  hardware: nvidia-dgx-h100
+- name: a100
+  count: 1
+  hardware: nvidia-dgx-a100
+`
+
+// physical is where a published device sits on its GPU.
+type physical struct {
+	gpu         string // node/gpu-N
+	kind        string
+	start, size int64
+}
+
+// TestMixedClaimStream creates and deletes claims of every kind (whole
+// GPUs, NVLink pairs, MIG slices, GPU shares) at random, checking all the
+// while that no GPU is handed out twice, and at the end that nothing is
+// left prepared: no checkpoint entry, CDI spec, MIG instance or MPS
+// daemon. STRATA_STREAM_CLAIMS sets the number of claims (default 2000).
+func TestMixedClaimStream(t *testing.T) {
+	total := 2000
+	if v, err := strconv.Atoi(os.Getenv("STRATA_STREAM_CLAIMS")); err == nil {
+		total = v
+	}
+	e := startCluster(t, streamCluster)
+	nodes := []string{"h100-0", "h100-1", "a100-0"}
+	layout := map[string]physical{} // node/device -> where
+	e.eventually(time.Minute, "all devices published", func(context.Context) (bool, error) {
+		for _, n := range nodes {
+			if len(e.devicesOf(n, nvidia.DriverName, "gpu")) != 8 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	for _, n := range nodes {
+		for _, typ := range []string{"gpu", "shared", "mig"} {
+			for name, d := range e.devicesOf(n, nvidia.DriverName, typ) {
+				p := physical{gpu: fmt.Sprintf("%s/gpu-%d", n, intAttr(d, "minor")), kind: typ}
+				if typ == "mig" {
+					p.start, p.size = intAttr(d, "placementStart"), intAttr(d, "placementSize")
+				}
+				layout[n+"/"+name] = p
+			}
+		}
+	}
+
+	templates := []string{"s-whole", "s-pair", "s-mig", "s-share"}
+	e.createTemplate(testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Template("default", "s-whole"))
+	e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 2).MatchAttribute("accelerator.strata.sh/partition2", "gpus").Template("default", "s-pair"))
+	e.createTemplate(testutil.MakeClaimSpec().Request("mig", "nvidia-mig.strata.sh", 1,
+		`device.attributes["nvidia.strata.sh"].profile in ["1g.10gb", "1g.5gb", "2g.20gb", "2g.10gb"]`).Template("default", "s-mig"))
+	share := testutil.MakeClaimSpec().Request("share", "nvidia-shared.strata.sh", 1)
+	share.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+		"cores": resource.MustParse("25"), "memory": resource.MustParse("8Gi"),
+	}}
+	e.createTemplate(share.Template("default", "s-share"))
+	entries := map[string]string{"s-whole": "gpu", "s-pair": "gpus", "s-mig": "mig", "s-share": "share"}
+
+	rng := rand.New(rand.NewPCG(42, uint64(total)))
+	var live []string
+	const maxLive = 40
+	start := time.Now()
+	for created := 0; created < total; {
+		if len(live) > 0 && (len(live) >= maxLive || rng.IntN(10) < 4) {
+			i := rng.IntN(len(live))
+			name := live[i]
+			live = append(live[:i], live[i+1:]...)
+			if err := e.client.CoreV1().Pods("default").Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatalf("delete %s: %v", name, err)
+			}
+		} else {
+			tmpl := templates[rng.IntN(len(templates))]
+			name := fmt.Sprintf("stream-%d", created)
+			e.createPod(testutil.MakePod(name).Scheduler(config.ProfileName).ClaimTemplate(entries[tmpl], tmpl).Obj())
+			live = append(live, name)
+			created++
+		}
+		if created%100 == 0 {
+			e.checkNoDoubleAllocation(layout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.checkNoDoubleAllocation(layout)
+	ran := e.countStarted()
+	for _, name := range live {
+		if err := e.client.CoreV1().Pods("default").Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("delete %s: %v", name, err)
+		}
+	}
+	e.eventually(2*time.Minute, "all pods and claims gone", func(ctx context.Context) (bool, error) {
+		pods, err := e.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		claims, err := e.client.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(pods.Items) == 0 && len(claims.Items) == 0, nil
+	})
+	t.Logf("%d claims in %v, %d pods started", total, time.Since(start).Round(time.Second), ran)
+	if ran < total/4 {
+		t.Errorf("only %d of %d pods ever started; the stream did not exercise prepare", ran, total)
+	}
+	events, err := e.client.CoreV1().Events("default").List(e.ctx, metav1.ListOptions{FieldSelector: "reason=" + node.ReasonFailedPrepare})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range events.Items {
+		t.Errorf("prepare failed for %s: %s", ev.InvolvedObject.Name, ev.Message)
+	}
+	for _, n := range nodes {
+		e.eventually(30*time.Second, "nothing left prepared on "+n, func(context.Context) (bool, error) {
+			return len(e.nvidiaLeftovers(n)) == 0, nil
+		})
+	}
+}
+
+// countStarted counts pods the nodes reported as started.
+func (e *env) countStarted() int {
+	events, err := e.client.CoreV1().Events("default").List(e.ctx, metav1.ListOptions{FieldSelector: "reason=" + node.ReasonStarted})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return len(events.Items)
+}
+
+// checkNoDoubleAllocation checks every allocated claim against the
+// others: a whole GPU excludes everything else on it, MIG placements do
+// not overlap, shares never exceed the GPU.
+func (e *env) checkNoDoubleAllocation(layout map[string]physical) {
+	e.t.Helper()
+	claims, err := e.client.ResourceV1().ResourceClaims("default").List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	type use struct {
+		whole, shared int
+		cores         int64
+		slices        map[int64]string
+	}
+	uses := map[string]*use{}
+	for _, c := range claims.Items {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			p, ok := layout[r.Pool+"/"+r.Device]
+			if !ok {
+				e.t.Fatalf("claim %s got unknown device %s/%s", c.Name, r.Pool, r.Device)
+			}
+			u := uses[p.gpu]
+			if u == nil {
+				u = &use{slices: map[int64]string{}}
+				uses[p.gpu] = u
+			}
+			switch p.kind {
+			case "gpu":
+				u.whole++
+			case "shared":
+				u.shared++
+				q := r.ConsumedCapacity["cores"]
+				u.cores += q.Value()
+			case "mig":
+				for s := p.start; s < p.start+p.size; s++ {
+					if other, taken := u.slices[s]; taken {
+						e.t.Errorf("%s memory slice %d given to %s and %s", p.gpu, s, other, c.Name)
+					}
+					u.slices[s] = c.Name
+				}
+			}
+		}
+	}
+	for gpu, u := range uses {
+		kinds := 0
+		for _, n := range []int{u.whole, u.shared, len(u.slices)} {
+			if n > 0 {
+				kinds++
+			}
+		}
+		if u.whole > 1 || kinds > 1 || u.cores > 100 {
+			e.t.Errorf("%s double-allocated: %d whole, %d shares (%d cores), %d MIG slices", gpu, u.whole, u.shared, u.cores, len(u.slices))
+		}
+	}
+}
