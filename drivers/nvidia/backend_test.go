@@ -29,7 +29,11 @@ func newBackend(t *testing.T, m hardware.Machine) (*Backend, *nvmlmock.Server, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(Config{NVML: srv, SysfsRoot: filepath.Join(root, "sys"), ProcRoot: filepath.Join(root, "proc"), DevRoot: root})
+	b, err := New(Config{
+		NVML: srv, SysfsRoot: filepath.Join(root, "sys"), ProcRoot: filepath.Join(root, "proc"), DevRoot: root,
+		StateDir: filepath.Join(root, "state"), FabricPartitionsFile: filepath.Join(root, hardware.FabricPartitionsFile),
+		MPS: nvmlmock.NewMPS(),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

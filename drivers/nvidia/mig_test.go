@@ -1,0 +1,262 @@
+package nvidia
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/hardware"
+)
+
+func TestMIGDevicesAndCounters(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	b, _, _ := newBackend(t, hardware.DGXA100())
+	inv, err := b.Discover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]resourceapi.Device{}
+	for _, d := range inv.Devices {
+		byName[d.Name] = d
+	}
+	mig, ok := byName["gpu-0-mig-1g5gb-3"]
+	if !ok {
+		t.Fatalf("no 1g.5gb placement at slice 3; devices: %d", len(inv.Devices))
+	}
+	checkString(t, mig, "profile", "1g.5gb")
+	checkString(t, mig, "type", "mig")
+	if mig.ConsumesCounters[0].CounterSet != "gpu-0" {
+		t.Errorf("MIG device consumes from %s", mig.ConsumesCounters[0].CounterSet)
+	}
+	if _, ok := mig.ConsumesCounters[0].Counters["memory-slice-3"]; !ok {
+		t.Errorf("placement at 3 does not consume memory-slice-3: %v", mig.ConsumesCounters[0].Counters)
+	}
+	whole := byName["gpu-0"]
+	var set resourceapi.CounterSet
+	for _, cs := range inv.SharedCounters {
+		if cs.Name == "gpu-0" {
+			set = cs
+		}
+	}
+	// The whole GPU consumes every counter in full, so it excludes every
+	// MIG placement and the shared device.
+	if got, want := len(whole.ConsumesCounters[0].Counters), len(set.Counters); got != want {
+		t.Errorf("whole GPU consumes %d of %d counters", got, want)
+	}
+	for name, c := range set.Counters {
+		got := whole.ConsumesCounters[0].Counters[name].Value
+		if got.Cmp(c.Value) != 0 {
+			t.Errorf("whole GPU consumes %s of counter %s, the GPU has %s", got.String(), name, c.Value.String())
+		}
+	}
+	shared := byName["gpu-0-shared"]
+	if shared.AllowMultipleAllocations == nil || !*shared.AllowMultipleAllocations {
+		t.Errorf("shared device does not allow multiple allocations")
+	}
+	if _, ok := shared.Capacity["cores"]; !ok {
+		t.Errorf("shared device has no cores capacity")
+	}
+	if n := len(mig.ConsumesCounters[0].Counters); n > resourceapi.ResourceSliceMaxCountersPerDeviceCounterConsumption {
+		t.Errorf("MIG device consumes %d counters, over the API limit", n)
+	}
+}
+
+func TestProfileNames(t *testing.T) {
+	tests := []struct {
+		id   int
+		info nvml.GpuInstanceProfileInfo
+		want string
+	}{
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE, nvml.GpuInstanceProfileInfo{SliceCount: 1, MemorySizeMB: 4864}, "1g.5gb"},
+		{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, nvml.GpuInstanceProfileInfo{SliceCount: 1, MemorySizeMB: 10240}, "1g.10gb+me"},
+		{nvml.GPU_INSTANCE_PROFILE_7_SLICE, nvml.GpuInstanceProfileInfo{SliceCount: 7, MemorySizeMB: 81920}, "7g.80gb"},
+	}
+	for _, tc := range tests {
+		if got := profileName(tc.id, tc.info); got != tc.want {
+			t.Errorf("profileName(%d) = %s, want %s", tc.id, got, tc.want)
+		}
+	}
+}
+
+func prepareMIG(t *testing.T, b *Backend, uid, device string) *plugin.PrepareResponse {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	resp, err := b.Prepare(ctx, &plugin.PrepareRequest{
+		Claim:   &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: uid, UID: k8stypes.UID("uid-" + uid)}},
+		Devices: []plugin.AllocatedDevice{{Request: "mig", Pool: "node-a", Device: device}},
+	})
+	if err != nil {
+		t.Fatalf("prepare %s: %v", device, err)
+	}
+	return resp
+}
+
+func TestMIGPrepareAndUnprepare(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	b, srv, _ := newBackend(t, hardware.DGXA100())
+	if _, err := b.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resp := prepareMIG(t, b, "a", "gpu-1-mig-1g5gb-2")
+	if got := srv.MIGInstances()[1]; got != 1 {
+		t.Fatalf("%d MIG instances on GPU 1, want 1", got)
+	}
+	var st deviceState
+	if err := json.Unmarshal(resp.Devices[0].State, &st); err != nil || st.GPUInstance == nil {
+		t.Fatalf("state %s: %v", resp.Devices[0].State, err)
+	}
+	var caps []string
+	for _, n := range resp.Devices[0].Edits.DeviceNodes {
+		if strings.HasPrefix(n.Path, "/dev/nvidia-caps/") {
+			caps = append(caps, n.Path)
+			if n.Major != hardware.NvidiaCapsMajor {
+				t.Errorf("%s major %d", n.Path, n.Major)
+			}
+		}
+	}
+	if len(caps) != 2 {
+		t.Errorf("capability nodes %v, want GI and CI access", caps)
+	}
+	if !slices.ContainsFunc(resp.Common.Env, func(s string) bool { return strings.HasPrefix(s, "NVIDIA_VISIBLE_DEVICES=MIG-GPU-") }) {
+		t.Errorf("env %v lacks the MIG device", resp.Common.Env)
+	}
+	// Preparing the whole GPU while an instance exists fails cleanly.
+	_, err := b.Prepare(ctx, &plugin.PrepareRequest{Devices: []plugin.AllocatedDevice{{Device: "gpu-1"}}})
+	if err == nil || !strings.Contains(err.Error(), "still has 1 MIG instances") {
+		t.Errorf("whole-GPU prepare over a MIG instance: %v", err)
+	}
+	if err := b.Unprepare(ctx, plugin.ClaimRef{UID: "uid-a"}, resp.Devices); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.MIGInstances()[1]; got != 0 {
+		t.Errorf("%d MIG instances left after unprepare", got)
+	}
+}
+
+// TestCrashMidPrepareLeavesNoMIGInstance: the plugin crashed after the
+// instance was created but before the checkpoint said so. On restart the
+// rollback (no State) finds the instance by placement, and Reconcile
+// destroys instances nobody owns.
+func TestCrashMidPrepareLeavesNoMIGInstance(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	b, srv, _ := newBackend(t, hardware.DGXA100())
+	if _, err := b.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	prepareMIG(t, b, "crashed", "gpu-2-mig-1g5gb-4")
+	prepareMIG(t, b, "stale", "gpu-3-mig-2g10gb-0")
+	kept := prepareMIG(t, b, "kept", "gpu-3-mig-1g5gb-6")
+
+	// Restart: a new backend over the same hardware.
+	restarted, err := New(b.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := restarted.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The interrupted claim is rolled back by identity alone.
+	if err := restarted.Unprepare(ctx, plugin.ClaimRef{UID: "uid-crashed"}, []plugin.PreparedDevice{{Device: "gpu-2-mig-1g5gb-4"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.MIGInstances()[2]; got != 0 {
+		t.Errorf("rollback left %d instances on GPU 2", got)
+	}
+	// Reconcile keeps the owned instance and destroys the stale one.
+	err = restarted.Reconcile(ctx, []plugin.ClaimState{{ClaimRef: plugin.ClaimRef{UID: "uid-kept"}, Phase: plugin.PhasePrepareCompleted, Devices: kept.Devices}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.MIGInstances()[3]; got != 1 {
+		t.Errorf("GPU 3 has %d instances after reconcile, want the owned one", got)
+	}
+}
+
+func TestSharedLimitsAndMPS(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	b, srv, _ := newBackend(t, hardware.DGXH100())
+	if _, err := b.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mpsConfig := json.RawMessage(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS","mps":{"activeThreadPercentage":30}}}`)
+	share := func(uid string, cfg json.RawMessage) (*plugin.PrepareResponse, error) {
+		a := plugin.AllocatedDevice{Request: "gpu", Pool: "node-a", Device: "gpu-4-shared",
+			ConsumedCapacity: map[resourceapi.QualifiedName]string{"cores": "40", "memory": "20Gi"}}
+		if cfg != nil {
+			a.Configs = []json.RawMessage{cfg}
+		}
+		return b.Prepare(ctx, &plugin.PrepareRequest{
+			Claim:   &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: uid, UID: k8stypes.UID("uid-" + uid)}},
+			Devices: []plugin.AllocatedDevice{a},
+		})
+	}
+	first, err := share("one", mpsConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M"} {
+		if !slices.Contains(first.Common.Env, want) {
+			t.Errorf("MPS env %v lacks %s", first.Common.Env, want)
+		}
+	}
+	if srv.ComputeMode(4) != nvml.COMPUTEMODE_EXCLUSIVE_PROCESS {
+		t.Errorf("GPU 4 not in exclusive-process mode under MPS")
+	}
+	second, err := share("two", mpsConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A HAMi-core claim cannot join a GPU that serves MPS.
+	if _, err := share("three", nil); err == nil || !strings.Contains(err.Error(), "either MPS or non-MPS") {
+		t.Errorf("mixing strategies on one GPU: %v", err)
+	}
+	if err := b.Unprepare(ctx, plugin.ClaimRef{UID: "uid-one"}, first.Devices); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.cfg.MPS.Running(); len(got) != 1 {
+		t.Errorf("daemon stopped while a claim still uses it: %v", got)
+	}
+	if err := b.Unprepare(ctx, plugin.ClaimRef{UID: "uid-two"}, second.Devices); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.cfg.MPS.Running(); len(got) != 0 {
+		t.Errorf("daemon still running after the last claim: %v", got)
+	}
+	if srv.ComputeMode(4) != nvml.COMPUTEMODE_DEFAULT {
+		t.Errorf("compute mode not restored")
+	}
+	over := json.RawMessage(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"HAMiCore","hamiCore":{"coreLimit":60}}}`)
+	if _, err := share("four", over); err == nil || !strings.Contains(err.Error(), "sharing.hamiCore.coreLimit: Invalid value: 60: exceeds the 40 cores") {
+		t.Errorf("core limit above the allocation: %v", err)
+	}
+}
+
+func TestPartitionAttributes(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	b, _, _ := newBackend(t, hardware.DGXH100())
+	inv, err := b.Discover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][3]string{ // partition2, partition4, partition8
+		"gpu-0": {"0-1", "0-3", "0-7"},
+		"gpu-5": {"4-5", "4-7", "0-7"},
+	}
+	for _, d := range inv.Devices {
+		w, ok := want[d.Name]
+		if !ok {
+			continue
+		}
+		for i, size := range []string{"2", "4", "8"} {
+			checkString(t, d, "accelerator.strata.sh/partition"+size, w[i])
+		}
+	}
+}
