@@ -7,15 +7,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -28,6 +31,9 @@ type options struct {
 	pluginDir, registrarDir, cdiDir string
 	sysfsRoot, procRoot, devRoot    string
 	bootIDPath                      string
+	fabricPartitions, hamiLibrary   string
+	mpsControl                      string
+	metricsAddress                  string
 }
 
 func main() {
@@ -43,6 +49,10 @@ func main() {
 	fs.StringVar(&o.procRoot, "proc-root", "/proc", "where the host's procfs is mounted")
 	fs.StringVar(&o.devRoot, "dev-root", "/", "prefix of host device node paths")
 	fs.StringVar(&o.bootIDPath, "boot-id-path", plugin.DefaultBootIDPath, "file holding the host's boot id")
+	fs.StringVar(&o.fabricPartitions, "fabric-partitions-file", "/run/nvidia-fabricmanager/partitions.json", "NVSwitch fabric manager partition list (fmpm -l output); NVLink partition attributes are published when present")
+	fs.StringVar(&o.hamiLibrary, "hami-core-library", nvidia.DefaultHAMiCoreLibrary, "host path of HAMi-core's libvgpu.so for shared GPUs")
+	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "MPS control program; empty disables MPS sharing")
+	fs.StringVar(&o.metricsAddress, "metrics-address", ":9401", "address to serve Prometheus metrics on; empty disables")
 	_ = fs.Parse(os.Args[1:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -65,7 +75,14 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	backend, err := nvidia.New(nvidia.Config{NVML: nvml.New(), SysfsRoot: o.sysfsRoot, ProcRoot: o.procRoot, DevRoot: o.devRoot})
+	cfg := nvidia.Config{
+		NVML: nvml.New(), SysfsRoot: o.sysfsRoot, ProcRoot: o.procRoot, DevRoot: o.devRoot,
+		StateDir: o.pluginDir, FabricPartitionsFile: o.fabricPartitions, HAMiCoreLibrary: o.hamiLibrary,
+	}
+	if o.mpsControl != "" {
+		cfg.MPS = nvidia.ExecMPS{Binary: o.mpsControl, StateDir: o.pluginDir}
+	}
+	backend, err := nvidia.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -82,6 +99,17 @@ func run(ctx context.Context, o options) error {
 	})
 	if err != nil {
 		return err
+	}
+	if o.metricsAddress != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", legacyregistry.Handler())
+		srv := &http.Server{Addr: o.metricsAddress, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				klog.FromContext(ctx).Error(err, "Metrics server failed")
+			}
+		}()
+		defer srv.Close()
 	}
 	<-ctx.Done()
 	driver.Stop()

@@ -114,6 +114,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		store: checkpointStore{path: filepath.Join(cfg.PluginDataDir, "checkpoint.json")},
 	}
 	d.recorder, d.stopRec = newRecorder(ctx, cfg)
+	register()
 
 	// Discover first: rolling back an interrupted prepare needs to know
 	// the devices.
@@ -196,6 +197,7 @@ func (d *Driver) refreshInventory(ctx context.Context) error {
 func (d *Driver) publish(ctx context.Context) error {
 	d.mu.Lock()
 	resources, err := driverResources(d.cfg.NodeName, d.inventory)
+	d.updateDeviceGaugesLocked()
 	d.mu.Unlock()
 	if err != nil {
 		return err

@@ -17,8 +17,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/strata-sh/strata/cdi"
@@ -76,8 +78,9 @@ func newTestDriver(t *testing.T, dir string, backend *fakeBackend, bootID string
 	if err != nil {
 		t.Fatal(err)
 	}
+	register()
 	d := &Driver{
-		cfg:      Config{DriverName: testDriver, NodeName: "node-a", Backend: backend, BootIDPath: bootPath},
+		cfg:      Config{DriverName: testDriver, NodeName: t.Name(), Backend: backend, BootIDPath: bootPath},
 		cdi:      writer,
 		store:    checkpointStore{path: filepath.Join(dir, "checkpoint.json")},
 		recorder: record.NewFakeRecorder(10),
@@ -94,7 +97,7 @@ func newTestDriver(t *testing.T, dir string, backend *fakeBackend, bootID string
 func gpus(names ...string) []resourceapi.Device {
 	var out []resourceapi.Device
 	for _, n := range names {
-		out = append(out, resourceapi.Device{Name: n})
+		out = append(out, resourceapi.Device{Name: n, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": {StringValue: ptr.To("gpu")}}})
 	}
 	return out
 }
@@ -362,4 +365,31 @@ func claimUIDs(d *Driver) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+func TestMetrics(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	backend := &fakeBackend{devices: gpus("gpu-0", "gpu-1", "gpu-2")}
+	d := newTestDriver(t, t.TempDir(), backend, "boot-1")
+	before, _ := testutil.GetHistogramMetricCount(prepareDuration.WithLabelValues(testDriver, "success"))
+	if res, _ := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{allocatedClaim("uid-1", "a", "gpu-0", "gpu-2")}); res["uid-1"].Err != nil {
+		t.Fatal(res["uid-1"].Err)
+	}
+	after, _ := testutil.GetHistogramMetricCount(prepareDuration.WithLabelValues(testDriver, "success"))
+	if after != before+1 {
+		t.Errorf("prepare histogram count %d -> %d, want one more", before, after)
+	}
+	for state, want := range map[string]float64{"allocated": 2, "free": 1} {
+		got, _ := testutil.GetGaugeMetricValue(deviceUse.WithLabelValues(testDriver, t.Name(), "gpu", state))
+		if got != want {
+			t.Errorf("%s GPUs = %v, want %v", state, got, want)
+		}
+	}
+	errsBefore, _ := testutil.GetCounterMetricValue(operationErrors.WithLabelValues(testDriver, "prepare"))
+	backend.failPrepare = errors.New("boom")
+	d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{allocatedClaim("uid-2", "b", "gpu-1")})
+	errsAfter, _ := testutil.GetCounterMetricValue(operationErrors.WithLabelValues(testDriver, "prepare"))
+	if errsAfter != errsBefore+1 {
+		t.Errorf("prepare errors %v -> %v, want one more", errsBefore, errsAfter)
+	}
 }

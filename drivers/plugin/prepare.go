@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,12 +27,16 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
 		logger := klog.LoggerWithValues(klog.FromContext(ctx), "claim", klog.KObj(claim), "claimUID", claim.UID)
+		start := time.Now()
 		devices, err := d.prepareLocked(klog.NewContext(ctx, logger), claim)
+		prepareDuration.WithLabelValues(d.cfg.DriverName, result(err)).Observe(time.Since(start).Seconds())
 		if err != nil {
+			operationErrors.WithLabelValues(d.cfg.DriverName, "prepare").Inc()
 			logger.Error(err, "Prepare failed")
 		}
 		results[claim.UID] = kubeletplugin.PrepareResult{Err: err, Devices: devices}
 	}
+	d.updateDeviceGaugesLocked()
 	return results, nil
 }
 
@@ -42,12 +47,16 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	results := make(map[types.UID]error, len(claims))
 	for _, claim := range claims {
 		logger := klog.LoggerWithValues(klog.FromContext(ctx), "claim", claim.NamespacedName, "claimUID", claim.UID)
+		start := time.Now()
 		err := d.unprepareLocked(klog.NewContext(ctx, logger), claim.UID)
+		unprepareDuration.WithLabelValues(d.cfg.DriverName, result(err)).Observe(time.Since(start).Seconds())
 		if err != nil {
+			operationErrors.WithLabelValues(d.cfg.DriverName, "unprepare").Inc()
 			logger.Error(err, "Unprepare failed")
 		}
 		results[claim.UID] = err
 	}
+	d.updateDeviceGaugesLocked()
 	return results, nil
 }
 
