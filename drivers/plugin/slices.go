@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 )
 
@@ -84,4 +85,31 @@ func checkCounterRefs(inv *Inventory) error {
 		}
 	}
 	return nil
+}
+
+// ResourceSlices returns the ResourceSlice objects the plugin publishes
+// for an inventory on a node, as the API server stores them. Benchmarks
+// and tools use it to reproduce a node's slices without running the
+// plugin.
+func ResourceSlices(driver, nodeName string, inv *Inventory) ([]*resourceapi.ResourceSlice, error) {
+	res, err := driverResources(nodeName, inv)
+	if err != nil {
+		return nil, err
+	}
+	pool := res.Pools[nodeName]
+	out := make([]*resourceapi.ResourceSlice, 0, len(pool.Slices))
+	for i, s := range pool.Slices {
+		slice := &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", nodeName, driver, i)},
+			Spec: resourceapi.ResourceSliceSpec{
+				Driver:         driver,
+				Pool:           resourceapi.ResourcePool{Name: nodeName, Generation: 1, ResourceSliceCount: int64(len(pool.Slices))},
+				NodeName:       &nodeName,
+				Devices:        s.Devices,
+				SharedCounters: s.SharedCounters,
+			},
+		}
+		out = append(out, slice)
+	}
+	return out, nil
 }
