@@ -10,8 +10,13 @@ import (
 	"sort"
 )
 
-//go:embed deviceclasses/*.yaml
+//go:embed deviceclasses/*.yaml crds/*.yaml
 var files embed.FS
+
+// CRDs returns the CustomResourceDefinitions by file name.
+func CRDs() (map[string][]byte, error) {
+	return readDir("crds")
+}
 
 // DeviceClasses returns the DeviceClass manifests by file name.
 func DeviceClasses() (map[string][]byte, error) {

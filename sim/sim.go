@@ -97,21 +97,25 @@ func Start(ctx context.Context, cfg Config) (_ *Sim, finalErr error) {
 	return s, nil
 }
 
+// installStrata creates what installing Strata creates: its CRDs and
+// DeviceClasses.
 func (s *Sim) installStrata(ctx context.Context) error {
-	classes, err := deployments.DeviceClasses()
-	if err != nil {
-		return err
-	}
 	var objs []apply.Object
-	for name, raw := range classes {
-		got, err := apply.Decode(raw, "deviceclasses/"+name)
+	for dir, read := range map[string]func() (map[string][]byte, error){"crds": deployments.CRDs, "deviceclasses": deployments.DeviceClasses} {
+		files, err := read()
 		if err != nil {
 			return err
 		}
-		objs = append(objs, got...)
+		for name, raw := range files {
+			got, err := apply.Decode(raw, dir+"/"+name)
+			if err != nil {
+				return err
+			}
+			objs = append(objs, got...)
+		}
 	}
 	if err := s.applier.Apply(ctx, objs); err != nil {
-		return fmt.Errorf("install Strata DeviceClasses: %w", err)
+		return fmt.Errorf("install Strata: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,466 @@
+package topology
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Strategy says how strongly a gang wants to stay inside one domain of a
+// layer.
+type Strategy string
+
+// Gather strategies.
+const (
+	// MustGather: all pods of the gang in one domain of the layer, or none
+	// placed.
+	MustGather Strategy = "MustGather"
+	// PreferGather: one domain of the layer if any can hold the gang,
+	// otherwise spread over as few as possible.
+	PreferGather Strategy = "PreferGather"
+)
+
+// Rule is a gang's requirement for one layer.
+type Rule struct {
+	Layer    string
+	Strategy Strategy
+	// PodCountMultiple, if above 1, makes the number of pods in each
+	// domain of the layer a multiple of it, unless one domain holds the
+	// whole gang.
+	PodCountMultiple int
+}
+
+// Request is what a gang asks of the tree.
+type Request struct {
+	// Pods is the number of members to place now.
+	Pods int
+	// Capacity is how many more members each node can take.
+	Capacity map[string]int
+	// Placed counts members already bound or running per node; they pull
+	// new members toward their domains, and a MustGather domain must
+	// contain them.
+	Placed map[string]int
+	Rules  []Rule
+}
+
+// Plan is where the members go.
+type Plan struct {
+	// Nodes maps node name to the number of members it gets.
+	Nodes map[string]int
+	// Layer and Domain name the smallest domain holding all members;
+	// empty when they span the cluster.
+	Layer, Domain string
+}
+
+// Failure says why a gang cannot be placed, in terms a user can act on.
+type Failure struct {
+	// Layer is the layer whose rule failed; empty for the whole cluster.
+	Layer string
+	// Domain is the domain that came closest, and Fit how many of Need
+	// members it could take.
+	Domain    string
+	Fit, Need int
+	// Detail adds what else went wrong.
+	Detail string
+}
+
+func (f *Failure) Error() string {
+	where := "the cluster"
+	if f.Layer != "" {
+		where = fmt.Sprintf("any %s domain", f.Layer)
+	}
+	msg := fmt.Sprintf("%d pods do not fit in %s", f.Need, where)
+	if f.Domain != "" {
+		msg += fmt.Sprintf("; closest %s: %d of %d pods fit", f.Domain, f.Fit, f.Need)
+	} else if f.Layer == "" {
+		msg += fmt.Sprintf(": %d of %d pods fit", f.Fit, f.Need)
+	}
+	if f.Detail != "" {
+		msg += "; " + f.Detail
+	}
+	return msg
+}
+
+// placer holds the per-request state of Place.
+type placer struct {
+	t       *Tree
+	req     Request
+	mult    []int      // per layer index, node layer last
+	strat   []Strategy // per layer index
+	capOf   map[*Domain]int
+	placed  map[*Domain]int
+	nodeCap map[string]int
+}
+
+// Place chooses nodes for a gang: inside one domain of every MustGather
+// layer, inside one domain of the lowest PreferGather layer that can hold
+// it, in the tightest such domain (the one with the least spare capacity,
+// then the one whose parent has the least), and across as few nodes as
+// possible. It is linear in the nodes and domains of the tree plus a sort
+// of each layer's candidates.
+func Place(t *Tree, req Request) (*Plan, error) {
+	p := &placer{t: t, req: req, capOf: map[*Domain]int{}, placed: map[*Domain]int{}, nodeCap: map[string]int{}}
+	nodeLayer := len(t.Layers)
+	p.mult = make([]int, nodeLayer+1)
+	p.strat = make([]Strategy, nodeLayer+1)
+	for i := range p.mult {
+		p.mult[i] = 1
+	}
+	for _, r := range req.Rules {
+		i := t.LayerIndex(r.Layer)
+		if i < 0 {
+			return nil, fmt.Errorf("layer %q is not a layer of the cluster network topology", r.Layer)
+		}
+		if r.Strategy != MustGather && r.Strategy != PreferGather {
+			return nil, fmt.Errorf("layer %s: strategy %q is neither %s nor %s", r.Layer, r.Strategy, MustGather, PreferGather)
+		}
+		p.strat[i] = r.Strategy
+		if r.PodCountMultiple > 1 {
+			p.mult[i] = r.PodCountMultiple
+		}
+	}
+	if req.Pods <= 0 {
+		return &Plan{Nodes: map[string]int{}}, nil
+	}
+	for n, c := range req.Capacity {
+		if len(t.Layers) > 0 && t.Leaf[n] == nil {
+			continue // not in the tree
+		}
+		p.nodeCap[n] = floorTo(c, p.mult[nodeLayer])
+	}
+	for _, r := range t.Roots {
+		p.aggregate(r)
+	}
+	return p.place()
+}
+
+func floorTo(v, m int) int {
+	if m <= 1 || v < 0 {
+		return max(v, 0)
+	}
+	return v / m * m
+}
+
+func (p *placer) aggregate(d *Domain) int {
+	c, pl := 0, 0
+	for _, n := range d.Nodes {
+		c += p.nodeCap[n]
+		pl += p.req.Placed[n]
+	}
+	for _, ch := range d.Children {
+		c += p.aggregate(ch)
+		pl += p.placed[ch]
+	}
+	c = floorTo(c, p.mult[d.Layer])
+	p.capOf[d] = c
+	p.placed[d] = pl
+	return c
+}
+
+// scope is a part of the cluster: a domain, or the cluster (d == nil).
+type scope struct {
+	d   *Domain
+	cap int
+}
+
+func (p *placer) clusterCap() int {
+	if len(p.t.Layers) == 0 {
+		c := 0
+		for _, v := range p.nodeCap {
+			c += v
+		}
+		return c
+	}
+	c := 0
+	for _, r := range p.t.Roots {
+		c += p.capOf[r]
+	}
+	return c
+}
+
+func (p *placer) place() (*Plan, error) {
+	need := p.req.Pods
+	nodeLayer := len(p.t.Layers)
+	must := -1
+	for i := nodeLayer; i >= 0; i-- {
+		if p.strat[i] == MustGather {
+			must = i
+			break
+		}
+	}
+	// The scopes the gang may use: one domain of the lowest MustGather
+	// layer, or the cluster.
+	if must == nodeLayer {
+		return p.onOneNode(need)
+	}
+	var scopes []scope
+	if must < 0 {
+		scopes = []scope{{cap: p.clusterCap()}}
+	} else {
+		for _, d := range p.t.Domains[must] {
+			scopes = append(scopes, scope{d: d, cap: p.capOf[d]})
+		}
+		if p.totalPlaced() > 0 {
+			scopes = p.withPlaced(scopes)
+			if len(scopes) == 0 {
+				return nil, &Failure{Layer: p.t.Layers[must].Name, Need: need, Detail: "members already placed span several domains"}
+			}
+		}
+	}
+	feasible := scopes[:0:0]
+	best := scope{cap: -1}
+	for _, s := range scopes {
+		if s.cap >= need {
+			feasible = append(feasible, s)
+		}
+		if s.cap > best.cap || (s.cap == best.cap && s.d != nil && best.d != nil && s.d.Name < best.d.Name) {
+			best = s
+		}
+	}
+	if len(feasible) == 0 {
+		f := &Failure{Need: need, Fit: max(best.cap, 0)}
+		if must >= 0 {
+			f.Layer = p.t.Layers[must].Name
+			if best.d != nil {
+				f.Domain = best.d.Name
+			}
+		}
+		return nil, f
+	}
+	if p.strat[nodeLayer] == PreferGather {
+		if plan, err := p.onOneNode(need); err == nil && p.inScopes(plan, feasible) {
+			return plan, nil
+		}
+	}
+	target := p.preferredTarget(must, feasible, need)
+	plan := &Plan{Nodes: map[string]int{}}
+	if target.d != nil {
+		plan.Layer, plan.Domain = p.t.Layers[target.d.Layer].Name, target.d.Name
+	}
+	if err := p.distribute(target.d, need, plan.Nodes); err != nil {
+		return nil, err
+	}
+	return plan, nil
+}
+
+// preferredTarget picks, inside the feasible scopes, a domain of the
+// lowest PreferGather layer that holds the whole gang; failing that, the
+// tightest feasible scope.
+func (p *placer) preferredTarget(must int, feasible []scope, need int) scope {
+	nodeLayer := len(p.t.Layers)
+	inScope := func(d *Domain) bool {
+		for _, s := range feasible {
+			if s.d == nil || isUnder(d, s.d) {
+				return true
+			}
+		}
+		return false
+	}
+	for layer := nodeLayer - 1; layer > must; layer-- {
+		if p.strat[layer] != PreferGather {
+			continue
+		}
+		var cands []scope
+		for _, d := range p.t.Domains[layer] {
+			if p.capOf[d] >= need && inScope(d) {
+				cands = append(cands, scope{d: d, cap: p.capOf[d]})
+			}
+		}
+		if len(cands) > 0 {
+			return p.tightest(cands)
+		}
+	}
+	return p.tightest(feasible)
+}
+
+// tightest orders candidates: those holding placed members first, then
+// the least spare capacity, then the parent with the least capacity
+// (keeping emptier parents whole), then name.
+func (p *placer) tightest(c []scope) scope {
+	sort.Slice(c, func(i, j int) bool {
+		a, b := c[i], c[j]
+		if a.d == nil || b.d == nil {
+			return a.d == nil
+		}
+		if pa, pb := p.placed[a.d], p.placed[b.d]; pa != pb {
+			return pa > pb
+		}
+		if a.cap != b.cap {
+			return a.cap < b.cap
+		}
+		if ca, cb := p.parentCap(a.d), p.parentCap(b.d); ca != cb {
+			return ca < cb
+		}
+		return a.d.Name < b.d.Name
+	})
+	return c[0]
+}
+
+func (p *placer) parentCap(d *Domain) int {
+	if d.Parent == nil {
+		return p.clusterCap()
+	}
+	return p.capOf[d.Parent]
+}
+
+// distribute assigns n members below d (nil: the cluster): to one child
+// if one can hold them all (the tightest), else greedily to the children
+// with the most room, in multiples of their layer's podCountMultiple.
+func (p *placer) distribute(d *Domain, n int, out map[string]int) error {
+	var children []*Domain
+	var nodes []string
+	switch {
+	case d == nil && len(p.t.Layers) == 0:
+		for name := range p.nodeCap {
+			nodes = append(nodes, name)
+		}
+	case d == nil:
+		children = p.t.Roots
+	default:
+		children, nodes = d.Children, d.Nodes
+	}
+	if len(nodes) > 0 {
+		return p.fillNodes(nodes, n, out)
+	}
+	var one []scope
+	for _, c := range children {
+		if p.capOf[c] >= n {
+			one = append(one, scope{d: c, cap: p.capOf[c]})
+		}
+	}
+	if len(one) > 0 {
+		return p.distribute(p.tightest(one).d, n, out)
+	}
+	order := append([]*Domain(nil), children...)
+	sort.Slice(order, func(i, j int) bool {
+		a, b := order[i], order[j]
+		if p.placed[a] != p.placed[b] {
+			return p.placed[a] > p.placed[b]
+		}
+		if p.capOf[a] != p.capOf[b] {
+			return p.capOf[a] > p.capOf[b]
+		}
+		return a.Name < b.Name
+	})
+	left := n
+	for _, c := range order {
+		take := floorTo(min(p.capOf[c], left), p.mult[c.Layer])
+		if take == 0 {
+			continue
+		}
+		if err := p.distribute(c, take, out); err != nil {
+			return err
+		}
+		left -= take
+		if left == 0 {
+			return nil
+		}
+	}
+	if len(children) == 0 {
+		return &Failure{Need: n, Fit: n - left, Detail: "no nodes left in the domain"}
+	}
+	layer := children[0].Layer
+	return &Failure{Need: n, Fit: n - left, Detail: fmt.Sprintf("%d pods cannot be split into multiples of %d per %s domain", n, p.mult[layer], p.t.Layers[layer].Name)}
+}
+
+// inScopes reports whether every node of a plan is inside one of scopes.
+func (p *placer) inScopes(plan *Plan, scopes []scope) bool {
+	for node := range plan.Nodes {
+		ok := false
+		for _, s := range scopes {
+			if s.d == nil || isUnder(p.t.Leaf[node], s.d) {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// fillNodes puts n members on nodes: nodes with members first, then the
+// roomiest, so that the gang uses as few nodes as possible.
+func (p *placer) fillNodes(nodes []string, n int, out map[string]int) error {
+	order := append([]string(nil), nodes...)
+	sort.Slice(order, func(i, j int) bool {
+		a, b := order[i], order[j]
+		if p.req.Placed[a] != p.req.Placed[b] {
+			return p.req.Placed[a] > p.req.Placed[b]
+		}
+		if p.nodeCap[a] != p.nodeCap[b] {
+			return p.nodeCap[a] > p.nodeCap[b]
+		}
+		return a < b
+	})
+	m := p.mult[len(p.t.Layers)]
+	left := n
+	for _, node := range order {
+		take := floorTo(min(p.nodeCap[node], left), m)
+		if take == 0 {
+			continue
+		}
+		out[node] = take
+		left -= take
+		if left == 0 {
+			return nil
+		}
+	}
+	return &Failure{Need: n, Fit: n - left, Detail: fmt.Sprintf("only %d of %d pods fit on the nodes", n-left, n)}
+}
+
+// onOneNode places the whole gang on one node (MustGather on the node
+// layer).
+func (p *placer) onOneNode(need int) (*Plan, error) {
+	bestNode, bestCap := "", -1
+	var cands []string
+	for n, c := range p.nodeCap {
+		if p.totalPlaced() > 0 && p.req.Placed[n] == 0 {
+			continue
+		}
+		if c >= need {
+			cands = append(cands, n)
+		}
+		if c > bestCap || (c == bestCap && n < bestNode) {
+			bestNode, bestCap = n, c
+		}
+	}
+	if len(cands) == 0 {
+		return nil, &Failure{Layer: "NodeTopologyLayer", Domain: bestNode, Fit: max(bestCap, 0), Need: need}
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		if p.nodeCap[cands[i]] != p.nodeCap[cands[j]] {
+			return p.nodeCap[cands[i]] < p.nodeCap[cands[j]]
+		}
+		return cands[i] < cands[j]
+	})
+	return &Plan{Nodes: map[string]int{cands[0]: need}, Layer: "NodeTopologyLayer", Domain: cands[0]}, nil
+}
+
+func (p *placer) totalPlaced() int {
+	t := 0
+	for _, v := range p.req.Placed {
+		t += v
+	}
+	return t
+}
+
+// withPlaced keeps the scopes that hold every placed member.
+func (p *placer) withPlaced(scopes []scope) []scope {
+	total := p.totalPlaced()
+	var out []scope
+	for _, s := range scopes {
+		if p.placed[s.d] == total {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func isUnder(d, ancestor *Domain) bool {
+	for ; d != nil; d = d.Parent {
+		if d == ancestor {
+			return true
+		}
+	}
+	return false
+}

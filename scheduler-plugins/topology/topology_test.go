@@ -1,0 +1,249 @@
+package topology
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	topologyv1alpha1 "github.com/strata-sh/strata/api/topology/v1alpha1"
+)
+
+// seedLayers is the seeds' three-layer network: spine > block > node,
+// with the old and the new NVIDIA topology label keys.
+func seedLayers() topologyv1alpha1.ClusterNetworkTopologySpec {
+	return topologyv1alpha1.ClusterNetworkTopologySpec{NetworkTopologySpec: []topologyv1alpha1.NetworkTopologyLayer{
+		{TopologyLayer: "NodeTopologyLayer", ParentTopologyLayer: "BlockLayer"},
+		{TopologyLayer: "BlockLayer", ParentTopologyLayer: "SpineLayer", LabelKey: []string{"network.topology.nvidia.com/block", "network.topology.nvidia.com/accelerator"}},
+		{TopologyLayer: "SpineLayer", LabelKey: []string{"network.topology.nvidia.com/spine"}},
+	}}
+}
+
+func TestLayers(t *testing.T) {
+	layers, err := Layers(seedLayers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{layers[0].Name, layers[1].Name}; !cmp.Equal(got, []string{"SpineLayer", "BlockLayer"}) {
+		t.Errorf("layers = %v", got)
+	}
+	bad := map[string]struct {
+		spec topologyv1alpha1.ClusterNetworkTopologySpec
+		want string
+	}{
+		"missing parent": {topologyv1alpha1.ClusterNetworkTopologySpec{NetworkTopologySpec: []topologyv1alpha1.NetworkTopologyLayer{
+			{TopologyLayer: "SpineLayer", LabelKey: []string{"s"}},
+			{TopologyLayer: "BlockLayer", ParentTopologyLayer: "RackLayer", LabelKey: []string{"b"}},
+		}}, `spec.networkTopologySpec[1].parentTopologyLayer: Not found: "RackLayer"`},
+		"two roots": {topologyv1alpha1.ClusterNetworkTopologySpec{NetworkTopologySpec: []topologyv1alpha1.NetworkTopologyLayer{
+			{TopologyLayer: "SpineLayer", LabelKey: []string{"s"}},
+			{TopologyLayer: "BlockLayer", LabelKey: []string{"b"}},
+		}}, "only one layer may have no parent"},
+		"no label key": {topologyv1alpha1.ClusterNetworkTopologySpec{NetworkTopologySpec: []topologyv1alpha1.NetworkTopologyLayer{
+			{TopologyLayer: "SpineLayer"},
+		}}, "spec.networkTopologySpec[0].labelKey: Required value"},
+	}
+	for name, tc := range bad {
+		if _, err := Layers(tc.spec); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", name, err, tc.want)
+		}
+	}
+}
+
+// cluster builds spines × blocks × nodes; capacity gives each node's room.
+func cluster(t *testing.T, spines, blocksPerSpine, nodesPerBlock int) *Tree {
+	t.Helper()
+	layers, err := Layers(seedLayers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []Node
+	for s := 0; s < spines; s++ {
+		for b := 0; b < blocksPerSpine; b++ {
+			block := fmt.Sprintf("b%d", s*blocksPerSpine+b)
+			for n := 0; n < nodesPerBlock; n++ {
+				nodes = append(nodes, Node{Name: fmt.Sprintf("%s-n%d", block, n), Labels: map[string]string{
+					"network.topology.nvidia.com/spine": fmt.Sprintf("s%d", s),
+					"network.topology.nvidia.com/block": block,
+				}})
+			}
+		}
+	}
+	return Build(layers, nodes)
+}
+
+func TestBuildReportsUnplacedNodes(t *testing.T) {
+	layers, _ := Layers(seedLayers())
+	tree := Build(layers, []Node{
+		{Name: "ok", Labels: map[string]string{"network.topology.nvidia.com/spine": "s0", "network.topology.nvidia.com/block": "b0"}},
+		{Name: "new-key", Labels: map[string]string{"network.topology.nvidia.com/spine": "s0", "network.topology.nvidia.com/accelerator": "b1"}},
+		{Name: "no-block", Labels: map[string]string{"network.topology.nvidia.com/spine": "s0"}},
+		{Name: "conflict", Labels: map[string]string{"network.topology.nvidia.com/spine": "s0", "network.topology.nvidia.com/block": "b0", "network.topology.nvidia.com/accelerator": "b9"}},
+		{Name: "wrong-spine", Labels: map[string]string{"network.topology.nvidia.com/spine": "s1", "network.topology.nvidia.com/block": "b0"}},
+	})
+	got := map[string]string{}
+	for _, u := range tree.Unplaced {
+		got[u.Node] = u.Reason
+	}
+	want := map[string]string{
+		"no-block":    "no label for layer BlockLayer (looked for network.topology.nvidia.com/block, network.topology.nvidia.com/accelerator)",
+		"conflict":    "conflicting labels for layer BlockLayer: network.topology.nvidia.com/block=b0, network.topology.nvidia.com/accelerator=b9",
+		"wrong-spine": "BlockLayer b0 is under SpineLayer s0, but the node's labels put it under s1",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("unplaced (-want +got):\n%s", diff)
+	}
+	if tree.Leaf["new-key"] == nil || tree.Leaf["new-key"].Name != "b1" {
+		t.Errorf("node with only the newer label key not placed in b1")
+	}
+}
+
+func uniform(tree *Tree, c int) map[string]int {
+	out := map[string]int{}
+	for n := range tree.Leaf {
+		out[n] = c
+	}
+	return out
+}
+
+func blocksOf(plan *Plan) []string {
+	seen := map[string]bool{}
+	var out []string
+	for n := range plan.Nodes {
+		b := strings.SplitN(n, "-", 2)[0]
+		if !seen[b] {
+			seen[b] = true
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func total(plan *Plan) int {
+	s := 0
+	for _, v := range plan.Nodes {
+		s += v
+	}
+	return s
+}
+
+func TestPlacePrefersOneBlockAndSpreadsOnlyWhenNoneFits(t *testing.T) {
+	tree := cluster(t, 2, 2, 4) // 4 blocks of 4 nodes
+	capacity := uniform(tree, 1)
+	// b0 has room for 2, b1 for 3, b2 for 4, b3 for 4.
+	capacity["b0-n0"], capacity["b0-n1"] = 0, 0
+	capacity["b1-n0"] = 0
+	rules := []Rule{{Layer: "BlockLayer", Strategy: PreferGather}}
+
+	plan, err := Place(tree, Request{Pods: 3, Capacity: capacity, Rules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Domain != "b1" || total(plan) != 3 {
+		t.Errorf("3 pods went to %s %v, want the tightest block b1", plan.Domain, plan.Nodes)
+	}
+	plan, err = Place(tree, Request{Pods: 6, Capacity: capacity, Rules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total(plan) != 6 || len(blocksOf(plan)) != 2 {
+		t.Errorf("6 pods over blocks %v, want two blocks (no block holds 6)", blocksOf(plan))
+	}
+}
+
+func TestPlaceMustGatherFailsWithTheClosestDomain(t *testing.T) {
+	tree := cluster(t, 1, 3, 4)
+	capacity := uniform(tree, 2) // 8 per block
+	capacity["b2-n0"], capacity["b2-n1"] = 4, 4
+	_, err := Place(tree, Request{Pods: 13, Capacity: capacity, Rules: []Rule{{Layer: "BlockLayer", Strategy: MustGather}}})
+	f, ok := err.(*Failure)
+	if !ok {
+		t.Fatalf("error = %v, want a Failure", err)
+	}
+	if f.Layer != "BlockLayer" || f.Domain != "b2" || f.Fit != 12 || f.Need != 13 {
+		t.Errorf("failure = %+v, want b2 with room for 12 of 13", f)
+	}
+	if want := "13 pods do not fit in any BlockLayer domain; closest b2: 12 of 13 pods fit"; f.Error() != want {
+		t.Errorf("message %q, want %q", f.Error(), want)
+	}
+	plan, err := Place(tree, Request{Pods: 12, Capacity: capacity, Rules: []Rule{{Layer: "BlockLayer", Strategy: MustGather}}})
+	if err != nil || plan.Domain != "b2" {
+		t.Errorf("12 pods: plan %+v, err %v, want block b2", plan, err)
+	}
+}
+
+func TestPlacePodCountMultiple(t *testing.T) {
+	tree := cluster(t, 1, 2, 2)
+	capacity := map[string]int{"b0-n0": 8, "b0-n1": 3, "b1-n0": 8, "b1-n1": 8}
+	rules := []Rule{{Layer: "NodeTopologyLayer", Strategy: PreferGather, PodCountMultiple: 4}}
+	plan, err := Place(tree, Request{Pods: 20, Capacity: capacity, Rules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, c := range plan.Nodes {
+		if c%4 != 0 {
+			t.Errorf("node %s got %d pods, not a multiple of 4", n, c)
+		}
+	}
+	if total(plan) != 20 {
+		t.Errorf("placed %d of 20", total(plan))
+	}
+}
+
+func TestPlacedMembersPullAndBindMustGather(t *testing.T) {
+	tree := cluster(t, 1, 3, 4)
+	capacity := uniform(tree, 2)
+	placed := map[string]int{"b2-n3": 2}
+	plan, err := Place(tree, Request{Pods: 4, Capacity: capacity, Placed: placed, Rules: []Rule{{Layer: "BlockLayer", Strategy: PreferGather}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Domain != "b2" {
+		t.Errorf("new members went to %s, want b2 where the gang runs", plan.Domain)
+	}
+	// Must-gather: the block of the placed members is the only choice.
+	capacity["b2-n0"], capacity["b2-n1"], capacity["b2-n2"] = 0, 0, 0
+	capacity["b2-n3"] = 1
+	if _, err := Place(tree, Request{Pods: 4, Capacity: capacity, Placed: placed, Rules: []Rule{{Layer: "BlockLayer", Strategy: MustGather}}}); err == nil {
+		t.Errorf("must-gather gang left its block")
+	}
+}
+
+func TestPlaceRejectsUnknownLayer(t *testing.T) {
+	tree := cluster(t, 1, 1, 1)
+	_, err := Place(tree, Request{Pods: 1, Capacity: uniform(tree, 1), Rules: []Rule{{Layer: "RackLayer", Strategy: MustGather}}})
+	if err == nil || !strings.Contains(err.Error(), `layer "RackLayer" is not a layer`) {
+		t.Errorf("error = %v", err)
+	}
+}
+
+// TestPlaceNeverOverfills checks on many random clusters that a plan never
+// puts more pods on a node than it has room for, places exactly the gang,
+// and honours MustGather.
+func TestPlaceNeverOverfills(t *testing.T) {
+	for seed := 0; seed < 200; seed++ {
+		tree := cluster(t, 2, 3, 5)
+		capacity := map[string]int{}
+		i := seed
+		for n := range tree.Leaf {
+			i = (i*1103515245 + 12345) & 0x7fffffff
+			capacity[n] = i % 5
+		}
+		pods := 1 + seed%40
+		plan, err := Place(tree, Request{Pods: pods, Capacity: capacity, Rules: []Rule{{Layer: "SpineLayer", Strategy: MustGather}, {Layer: "BlockLayer", Strategy: PreferGather}}})
+		if err != nil {
+			continue
+		}
+		spines := map[string]bool{}
+		for n, c := range plan.Nodes {
+			if c > capacity[n] {
+				t.Fatalf("seed %d: node %s got %d, room %d", seed, n, c, capacity[n])
+			}
+			spines[tree.Ancestor(n, 0).Name] = true
+		}
+		if total(plan) != pods || len(spines) != 1 {
+			t.Fatalf("seed %d: placed %d of %d over spines %v", seed, total(plan), pods, spines)
+		}
+	}
+}
