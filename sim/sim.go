@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/strata-sh/strata/deployments"
@@ -66,17 +67,20 @@ func Start(ctx context.Context, cfg Config) (_ *Sim, finalErr error) {
 		cpOpts.Dir = filepath.Join(s.dir, "cp")
 	}
 	start := time.Now()
+	// Strata's CRDs and DeviceClasses exist before the scheduler starts,
+	// as a Helm install orders them.
+	cpOpts.Bootstrap = func(ctx context.Context, config *restclient.Config) error {
+		var err error
+		if s.applier, err = apply.New(config); err != nil {
+			return err
+		}
+		return s.installStrata(ctx)
+	}
 	cp, err := controlplane.Start(ctx, cpOpts)
 	if err != nil {
 		return nil, err
 	}
 	s.ControlPlane = cp
-	if s.applier, err = apply.New(cp.Config); err != nil {
-		return nil, err
-	}
-	if err := s.installStrata(ctx); err != nil {
-		return nil, err
-	}
 	workers := cfg.NodeWorkers
 	if workers == 0 {
 		workers = 8

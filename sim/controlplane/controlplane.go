@@ -42,6 +42,9 @@ type Options struct {
 	// NoScheduler leaves the scheduler out, for tests that drive
 	// allocation themselves.
 	NoScheduler bool
+	// Bootstrap runs once the API server is up and before controllers and
+	// the scheduler start, to create what they need (CRDs).
+	Bootstrap func(ctx context.Context, config *restclient.Config) error
 }
 
 // ControlPlane is a running in-process control plane.
@@ -93,6 +96,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, finalErr error) 
 	kubeconfig := filepath.Join(cp.Dir, "admin.kubeconfig")
 	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
 		return nil, err
+	}
+	if opts.Bootstrap != nil {
+		if err := opts.Bootstrap(ctx, cp.Config); err != nil {
+			return nil, fmt.Errorf("bootstrap: %w", err)
+		}
 	}
 	if err := startControllers(ctx, cp.Config, cp.Client); err != nil {
 		return nil, err

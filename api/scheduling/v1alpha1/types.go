@@ -41,6 +41,7 @@ const (
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=pg;pgs
+// +kubebuilder:metadata:annotations="api-approved.kubernetes.io=https://github.com/kubernetes-sigs/scheduler-plugins/pull/50"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="MinMember",type=integer,JSONPath=`.spec.minMember`
 // +kubebuilder:printcolumn:name="Running",type=integer,JSONPath=`.status.running`

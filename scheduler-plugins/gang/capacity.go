@@ -1,0 +1,452 @@
+package gang
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	resourcehelper "k8s.io/component-helpers/resource"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+)
+
+// capacityEstimator works out how many more members of a gang each node
+// can take: by CPU, memory and other resources, pod slots, taints and
+// node affinity, and by DRA devices — the member's claims are allocated k
+// times over on the node with the scheduler's own structured allocator,
+// so a member asking for 8 GPUs needs 8 free matching devices and each
+// simulated member consumes them.
+//
+// Identical nodes (same devices, same devices in use) give the same DRA
+// answer, so it is computed once per such class: on a cluster of
+// thousands of identical nodes, a handful of allocator runs.
+type capacityEstimator struct {
+	dra      fwk.SharedDRAManager
+	celCache *cel.Cache
+	features structured.Features
+	// sliceHashes caches the content hash of each ResourceSlice version.
+	sliceHashes map[types.UID]sliceHash
+}
+
+type sliceHash struct {
+	resourceVersion string
+	sum             [32]byte
+}
+
+func newCapacityEstimator(dra fwk.SharedDRAManager) *capacityEstimator {
+	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	return &capacityEstimator{
+		dra:         dra,
+		celCache:    cel.NewCache(32, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity}),
+		features:    dynamicresources.AllocatorFeatures(fts),
+		sliceHashes: map[types.UID]sliceHash{},
+	}
+}
+
+// limit explains what stops a node from taking more members.
+type limit struct {
+	count  int
+	reason string
+}
+
+// capacities returns, for every node, how many of up to want members fit,
+// and a summary of why nodes fell short.
+func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, want int, nodes []fwk.NodeInfo) (map[string]int, string, error) {
+	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	claims, err := e.memberClaims(pod)
+	if err != nil {
+		return nil, "", err
+	}
+	var dra *draCapacity
+	if len(claims) > 0 {
+		if dra, err = e.newDRACapacity(ctx, claims, want); err != nil {
+			return nil, "", err
+		}
+	}
+	out := make(map[string]int, len(nodes))
+	reasons := map[string]int{}
+	for _, ni := range nodes {
+		l := nodeLimit(ctx, pod, requests, affinity, ni, want)
+		if dra != nil && l.count > 0 {
+			d, err := dra.forNode(ctx, ni.Node(), l.count)
+			if err != nil {
+				return nil, "", err
+			}
+			if d < l.count {
+				l = limit{count: d, reason: "DRA devices"}
+			}
+		}
+		out[ni.Node().Name] = l.count
+		if l.count < want {
+			reasons[l.reason]++
+		}
+	}
+	return out, summarize(reasons, requests, claims), nil
+}
+
+// nodeLimit counts members by everything but DRA.
+func nodeLimit(ctx context.Context, pod *corev1.Pod, requests corev1.ResourceList, affinity nodeaffinity.RequiredNodeAffinity, ni fwk.NodeInfo, want int) limit {
+	node := ni.Node()
+	if node == nil || node.Spec.Unschedulable {
+		return limit{reason: "unschedulable nodes"}
+	}
+	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.FromContext(ctx), node.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	}, true); untolerated {
+		return limit{reason: "untolerated taints"}
+	}
+	if ok, _ := affinity.Match(node); !ok {
+		return limit{reason: "node selector or affinity"}
+	}
+	n := want
+	alloc, used := ni.GetAllocatable(), ni.GetRequested()
+	if free := alloc.GetAllowedPodNumber() - len(ni.GetPods()); free < n {
+		n = max(free, 0)
+		if n < want {
+			return limit{count: n, reason: "pod slots"}
+		}
+	}
+	reason := ""
+	for name, q := range requests {
+		var have, need int64
+		switch name {
+		case corev1.ResourceCPU:
+			have, need = alloc.GetMilliCPU()-used.GetMilliCPU(), q.MilliValue()
+		case corev1.ResourceMemory:
+			have, need = alloc.GetMemory()-used.GetMemory(), q.Value()
+		case corev1.ResourceEphemeralStorage:
+			have, need = alloc.GetEphemeralStorage()-used.GetEphemeralStorage(), q.Value()
+		default:
+			have, need = alloc.GetScalarResources()[name]-used.GetScalarResources()[name], q.Value()
+		}
+		if need <= 0 {
+			continue
+		}
+		if fit := int(max(have, 0) / need); fit < n {
+			n, reason = fit, string(name)
+		}
+	}
+	return limit{count: n, reason: reason}
+}
+
+// summarize tells a user what the members need that nodes lack.
+func summarize(reasons map[string]int, requests corev1.ResourceList, claims []*resourceapi.ResourceClaim) string {
+	if len(reasons) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(reasons))
+	for k := range reasons {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return reasons[keys[i]] > reasons[keys[j]] || (reasons[keys[i]] == reasons[keys[j]] && keys[i] < keys[j])
+	})
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%d nodes short of %s", reasons[k], k))
+	}
+	return fmt.Sprintf("each member needs %s; %s", memberNeeds(requests, claims), strings.Join(parts, ", "))
+}
+
+// memberNeeds renders a member's requests: "8×nvidia-gpu.strata.sh, cpu 16".
+func memberNeeds(requests corev1.ResourceList, claims []*resourceapi.ResourceClaim) string {
+	var parts []string
+	for _, c := range claims {
+		for _, r := range c.Spec.Devices.Requests {
+			switch {
+			case r.Exactly != nil:
+				parts = append(parts, fmt.Sprintf("%d×%s", max(r.Exactly.Count, 1), r.Exactly.DeviceClassName))
+			case len(r.FirstAvailable) > 0:
+				parts = append(parts, fmt.Sprintf("%d×%s", max(r.FirstAvailable[0].Count, 1), r.FirstAvailable[0].DeviceClassName))
+			}
+		}
+	}
+	names := make([]string, 0, len(requests))
+	for n := range requests {
+		names = append(names, string(n))
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		q := requests[corev1.ResourceName(n)]
+		parts = append(parts, n+" "+q.String())
+	}
+	if len(parts) == 0 {
+		return "nothing"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// memberClaims returns the pod's claims that still need an allocation.
+// A claim not created yet is an error: the pod is retried when it is.
+func (e *capacityEstimator) memberClaims(pod *corev1.Pod) ([]*resourceapi.ResourceClaim, error) {
+	var out []*resourceapi.ResourceClaim
+	for _, pc := range pod.Spec.ResourceClaims {
+		name := ""
+		if pc.ResourceClaimName != nil {
+			name = *pc.ResourceClaimName
+		} else {
+			for _, st := range pod.Status.ResourceClaimStatuses {
+				if st.Name == pc.Name && st.ResourceClaimName != nil {
+					name = *st.ResourceClaimName
+				}
+			}
+			if name == "" {
+				return nil, fmt.Errorf("waiting for the ResourceClaim of %q to be created", pc.Name)
+			}
+		}
+		c, err := e.dra.ResourceClaims().Get(pod.Namespace, name)
+		if err != nil {
+			return nil, fmt.Errorf("ResourceClaim %s/%s: %w", pod.Namespace, name, err)
+		}
+		if c.Status.Allocation == nil {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// draCapacity answers "how many copies of these claims fit on a node".
+type draCapacity struct {
+	e         *capacityEstimator
+	allocator structured.Allocator
+	claims    []*resourceapi.ResourceClaim
+	want      int
+	// nodeKey maps node name to its class; memo maps class to the answer.
+	nodeKey  map[string][32]byte
+	memo     map[[32]byte]int
+	memoSafe bool
+	copies   [][]*resourceapi.ResourceClaim
+}
+
+func (e *capacityEstimator) newDRACapacity(ctx context.Context, claims []*resourceapi.ResourceClaim, want int) (*draCapacity, error) {
+	allocated, err := e.dra.ResourceClaims().GatherAllocatedState()
+	if err != nil {
+		return nil, fmt.Errorf("gather allocated devices: %w", err)
+	}
+	slices, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return nil, fmt.Errorf("list resource slices: %w", err)
+	}
+	alloc, err := structured.NewAllocator(ctx, e.features, *allocated, e.dra.DeviceClasses(), slices, e.celCache)
+	if err != nil {
+		return nil, fmt.Errorf("device allocator: %w", err)
+	}
+	d := &draCapacity{e: e, allocator: alloc, claims: claims, want: want, memo: map[[32]byte]int{}, memoSafe: memoSafe(claims)}
+	d.nodeKey = e.nodeClasses(slices, allocated)
+	return d, nil
+}
+
+// memoSafe is false when a selector can tell identical nodes apart (by a
+// device UUID), so every node must be asked on its own.
+func memoSafe(claims []*resourceapi.ResourceClaim) bool {
+	for _, c := range claims {
+		for _, r := range c.Spec.Devices.Requests {
+			var sels []resourceapi.DeviceSelector
+			if r.Exactly != nil {
+				sels = r.Exactly.Selectors
+			}
+			for _, s := range r.FirstAvailable {
+				sels = append(sels, s.Selectors...)
+			}
+			for _, s := range sels {
+				if s.CEL != nil && strings.Contains(strings.ToLower(s.CEL.Expression), "uuid") {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// forNode returns how many of up to limit member copies fit on the node.
+func (d *draCapacity) forNode(ctx context.Context, node *corev1.Node, limit int) (int, error) {
+	key, known := d.nodeKey[node.Name]
+	if !known {
+		return 0, nil // the node has no devices of any driver
+	}
+	if d.memoSafe {
+		if v, ok := d.memo[key]; ok {
+			return min(v, limit), nil
+		}
+	}
+	// Binary search on the number of copies; Allocate is monotone in it.
+	lo, hi := 0, d.want
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		ok, err := d.fits(ctx, node, mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	if d.memoSafe {
+		d.memo[key] = lo
+	}
+	return min(lo, limit), nil
+}
+
+func (d *draCapacity) fits(ctx context.Context, node *corev1.Node, k int) (bool, error) {
+	for len(d.copies) < k {
+		i := len(d.copies)
+		var set []*resourceapi.ResourceClaim
+		for _, c := range d.claims {
+			cp := c.DeepCopy()
+			cp.Name = fmt.Sprintf("%s-copy-%d", c.Name, i)
+			cp.UID = types.UID(fmt.Sprintf("%s-copy-%d", c.UID, i))
+			set = append(set, cp)
+		}
+		d.copies = append(d.copies, set)
+	}
+	var claims []*resourceapi.ResourceClaim
+	for _, set := range d.copies[:k] {
+		claims = append(claims, set...)
+	}
+	res, err := d.allocator.Allocate(ctx, node, claims)
+	if err != nil {
+		return false, fmt.Errorf("simulate allocation on %s: %w", node.Name, err)
+	}
+	return len(res) == len(claims), nil
+}
+
+// nodeClasses hashes, per node, the content of its slices (ignoring the
+// node name, pool name and device UUIDs) and the devices in use in its
+// pools: nodes with the same hash answer the same.
+func (e *capacityEstimator) nodeClasses(slices []*resourceapi.ResourceSlice, allocated *structured.AllocatedState) map[string][32]byte {
+	type part struct {
+		driver, pool string
+		sum          [32]byte
+	}
+	perNode := map[string][]part{}
+	for _, s := range slices {
+		if s.Spec.NodeName == nil {
+			continue
+		}
+		h, ok := e.sliceHashes[s.UID]
+		if !ok || h.resourceVersion != s.ResourceVersion {
+			h = sliceHash{resourceVersion: s.ResourceVersion, sum: hashSlice(s)}
+			e.sliceHashes[s.UID] = h
+		}
+		perNode[*s.Spec.NodeName] = append(perNode[*s.Spec.NodeName], part{s.Spec.Driver, s.Spec.Pool.Name, h.sum})
+	}
+	inUse := map[string][]string{} // driver/pool -> device names
+	for id := range allocated.AllocatedDevices {
+		k := id.Driver.String() + "/" + id.Pool.String()
+		inUse[k] = append(inUse[k], id.Device.String())
+	}
+	for id := range allocated.AllocatedSharedDeviceIDs {
+		k := id.Driver.String() + "/" + id.Pool.String()
+		inUse[k] = append(inUse[k], id.Device.String()+"/shared")
+	}
+	out := make(map[string][32]byte, len(perNode))
+	for node, parts := range perNode {
+		sort.Slice(parts, func(i, j int) bool {
+			if parts[i].driver != parts[j].driver {
+				return parts[i].driver < parts[j].driver
+			}
+			return string(parts[i].sum[:]) < string(parts[j].sum[:])
+		})
+		h := sha256.New()
+		seenPool := map[string]bool{}
+		for _, p := range parts {
+			h.Write([]byte(p.driver))
+			h.Write(p.sum[:])
+			k := p.driver + "/" + p.pool
+			if !seenPool[k] {
+				seenPool[k] = true
+				used := inUse[k]
+				sort.Strings(used)
+				h.Write([]byte(strings.Join(used, ",")))
+			}
+		}
+		var sum [32]byte
+		copy(sum[:], h.Sum(nil))
+		out[node] = sum
+	}
+	return out
+}
+
+// hashSlice hashes what decides allocations on a slice, leaving out names
+// that differ between identical nodes.
+func hashSlice(s *resourceapi.ResourceSlice) [32]byte {
+	h := sha256.New()
+	var buf [8]byte
+	write := func(v string) { h.Write([]byte(v)); h.Write([]byte{0}) }
+	for _, cs := range s.Spec.SharedCounters {
+		write(cs.Name)
+		for _, name := range sortedKeys(cs.Counters) {
+			write(name)
+			v := cs.Counters[name].Value
+			write(v.String())
+		}
+	}
+	for _, d := range s.Spec.Devices {
+		write(d.Name)
+		for _, name := range sortedKeys(d.Attributes) {
+			if strings.Contains(strings.ToLower(string(name)), "uuid") {
+				continue
+			}
+			a := d.Attributes[name]
+			write(string(name))
+			switch {
+			case a.StringValue != nil:
+				write(*a.StringValue)
+			case a.IntValue != nil:
+				binary.LittleEndian.PutUint64(buf[:], uint64(*a.IntValue))
+				h.Write(buf[:])
+			case a.BoolValue != nil:
+				write(fmt.Sprint(*a.BoolValue))
+			case a.VersionValue != nil:
+				write(*a.VersionValue)
+			}
+		}
+		for _, name := range sortedKeys(d.Capacity) {
+			write(string(name))
+			v := d.Capacity[name].Value
+			write(v.String())
+		}
+		for _, c := range d.ConsumesCounters {
+			write(c.CounterSet)
+			for _, name := range sortedKeys(c.Counters) {
+				write(name)
+				v := c.Counters[name].Value
+				write(v.String())
+			}
+		}
+		for _, t := range d.Taints {
+			write(t.Key + "=" + t.Value + ":" + string(t.Effect))
+		}
+		write(fmt.Sprint(d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations))
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
+}
+
+func sortedKeys[K ~string, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	return keys
+}
+
+func sortStrings(s []string) { sort.Strings(s) }

@@ -1,0 +1,485 @@
+// Package gang is Strata's gang scheduling plugin with network-topology
+// aware placement. See README.md for the algorithm and its invariants.
+package gang
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/dynamic"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
+	"github.com/strata-sh/strata/scheduler-plugins/topology"
+)
+
+// Name of the plugin in the scheduler configuration.
+const Name = "StrataGang"
+
+// planTTL bounds how long a placement plan is reused before it is
+// computed again from the cluster's current state.
+const planTTL = 30 * time.Second
+
+const gangIndex = "strata.sh/gang"
+
+// Plugin places gangs all or nothing, inside network domains.
+type Plugin struct {
+	handle   fwk.Handle
+	pods     corelisters.PodLister
+	podIndex cache.Indexer
+	src      *sources
+	capacity *capacityEstimator
+	status   *statusWriter
+
+	mu    sync.Mutex
+	plans map[string]*plan
+	// satisfied remembers gangs that reached minMember, for the
+	// once-satisfied match policy.
+	satisfied map[string]bool
+}
+
+// plan is where a gang's pending members go.
+type plan struct {
+	created   time.Time
+	remaining map[string]int
+	assigned  map[types.UID]string
+	where     string
+}
+
+func (p *plan) nodes() sets.Set[string] {
+	out := sets.New[string]()
+	for n, c := range p.remaining {
+		if c > 0 {
+			out.Insert(n)
+		}
+	}
+	return out
+}
+
+var (
+	_ fwk.QueueSortPlugin   = (*Plugin)(nil)
+	_ fwk.PreEnqueuePlugin  = (*Plugin)(nil)
+	_ fwk.PreFilterPlugin   = (*Plugin)(nil)
+	_ fwk.FilterPlugin      = (*Plugin)(nil)
+	_ fwk.PostFilterPlugin  = (*Plugin)(nil)
+	_ fwk.ReservePlugin     = (*Plugin)(nil)
+	_ fwk.PermitPlugin      = (*Plugin)(nil)
+	_ fwk.EnqueueExtensions = (*Plugin)(nil)
+)
+
+// cores holds one plugin state per scheduler: kube-scheduler creates a
+// plugin instance per profile, and the profiles share the queue, the
+// informers and the gangs.
+var cores sync.Map // informers.SharedInformerFactory -> *Plugin
+
+// New creates the plugin, or returns the one already created for another
+// profile of the same scheduler.
+func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	if existing, ok := cores.Load(h.SharedInformerFactory()); ok {
+		return existing.(*Plugin), nil
+	}
+	dyn, err := dynamic.NewForConfig(h.KubeConfig())
+	if err != nil {
+		return nil, err
+	}
+	informer := h.SharedInformerFactory().Core().V1().Pods()
+	if err := informer.Informer().AddIndexers(cache.Indexers{gangIndex: func(obj any) ([]string, error) {
+		if k := gangKeyOf(obj.(*corev1.Pod)); k != "" {
+			return []string{k}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, err
+	}
+	p := &Plugin{
+		handle:    h,
+		pods:      informer.Lister(),
+		podIndex:  informer.Informer().GetIndexer(),
+		src:       newSources(ctx, dyn),
+		capacity:  newCapacityEstimator(h.SharedDRAManager()),
+		plans:     map[string]*plan{},
+		satisfied: map[string]bool{},
+	}
+	p.status = newStatusWriter(ctx, p.src, h.EventRecorder())
+	cores.Store(h.SharedInformerFactory(), p)
+	go func() {
+		<-ctx.Done()
+		cores.Delete(h.SharedInformerFactory())
+	}()
+	return p, nil
+}
+
+// Name implements fwk.Plugin.
+func (p *Plugin) Name() string { return Name }
+
+// EventsToRegister implements fwk.EnqueueExtensions: a gang pod is retried
+// when members arrive, pods or claims free room, nodes or devices change,
+// or its PodGroup or the network topology is edited.
+func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Add | fwk.Delete | fwk.Update}},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.Update}},
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Add | fwk.Update | fwk.Delete}},
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update}},
+		{Event: fwk.ClusterEvent{Resource: podGroupEvents, ActionType: fwk.Add | fwk.Update}},
+		{Event: fwk.ClusterEvent{Resource: topologyEvents, ActionType: fwk.Add | fwk.Update}},
+	}, nil
+}
+
+// gangOf returns a pod's gang, or nil.
+func (p *Plugin) gangOf(pod *corev1.Pod) *gangSpec {
+	key := gangKeyOf(pod)
+	if key == "" {
+		return nil
+	}
+	return p.specByKey(key, pod)
+}
+
+// specByKey finds a gang by key: its PodGroup, or the annotations of one
+// of its pods.
+func (p *Plugin) specByKey(key string, member *corev1.Pod) *gangSpec {
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
+	if pg := p.src.podGroup(ns, name); pg != nil {
+		return specFromPodGroup(pg)
+	}
+	if member == nil {
+		if objs, _ := p.podIndex.ByIndex(gangIndex, key); len(objs) > 0 {
+			member = objs[0].(*corev1.Pod)
+		}
+	}
+	if member != nil {
+		if _, _, ok := annotation(member.Annotations, KeyName); ok {
+			return specFromPod(member, key)
+		}
+	}
+	return &gangSpec{key: key, minMember: 1, group: []string{key},
+		err: fmt.Errorf("PodGroup %s not found (pods name it with label %s)", key, schedulingv1alpha1.PodGroupLabel)}
+}
+
+// members returns the live pods of a gang.
+func (p *Plugin) members(key string) []*corev1.Pod {
+	objs, _ := p.podIndex.ByIndex(gangIndex, key)
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		pod := o.(*corev1.Pod)
+		if pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			out = append(out, pod)
+		}
+	}
+	return out
+}
+
+// Less implements fwk.QueueSortPlugin: priority first, then the gang's
+// (or pod's) age, then the gang, so that the members of a gang — and the
+// gangs of a group — are popped one after another.
+func (p *Plugin) Less(a, b fwk.QueuedPodInfo) bool {
+	pa, pb := a.GetPodInfo().GetPod(), b.GetPodInfo().GetPod()
+	if x, y := corev1helpers.PodPriority(pa), corev1helpers.PodPriority(pb); x != y {
+		return x > y
+	}
+	ta, ka := p.sortKey(a)
+	tb, kb := p.sortKey(b)
+	if !ta.Equal(tb) {
+		return ta.Before(tb)
+	}
+	if ka != kb {
+		return ka < kb
+	}
+	return pa.Name < pb.Name
+}
+
+func (p *Plugin) sortKey(q fwk.QueuedPodInfo) (time.Time, string) {
+	pod := q.GetPodInfo().GetPod()
+	key := gangKeyOf(pod)
+	if key == "" {
+		return q.GetTimestamp(), ""
+	}
+	g := p.specByKey(key, pod)
+	t := g.created.Time
+	for _, k := range g.group {
+		if k == key {
+			continue
+		}
+		ns, name, _ := cache.SplitMetaNamespaceKey(k)
+		if pg := p.src.podGroup(ns, name); pg != nil && pg.CreationTimestamp.Before(&g.created) {
+			t = pg.CreationTimestamp.Time
+		}
+	}
+	return t, g.group[0]
+}
+
+// PreEnqueue implements fwk.PreEnqueuePlugin: a gang pod waits outside the
+// active queue until every gang of its group has minMember pods.
+func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
+	g := p.gangOf(pod)
+	if g == nil {
+		return nil
+	}
+	if g.err != nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, g.err.Error())
+	}
+	for _, key := range g.group {
+		spec := g
+		if key != g.key {
+			spec = p.specByKey(key, nil)
+		}
+		if have := len(p.members(key)); have < spec.minMember {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				fmt.Sprintf("gang %s has %d of %d pods; waiting for the rest", key, have, spec.minMember))
+		}
+	}
+	return nil
+}
+
+// PreFilter implements fwk.PreFilterPlugin: the first member of a gang to
+// be scheduled computes where every pending member goes; members then only
+// see the nodes of that plan.
+func (p *Plugin) PreFilter(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	g := p.gangOf(pod)
+	if g == nil {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	if g.err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, g.err.Error())
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pl := p.plans[g.key]
+	if pl == nil || time.Since(pl.created) > planTTL || len(pl.nodes()) == 0 {
+		var st *fwk.Status
+		if pl, st = p.computePlan(ctx, pod, g, nodes); !st.IsSuccess() {
+			return nil, st
+		}
+		p.plans[g.key] = pl
+	}
+	return &fwk.PreFilterResult{NodeNames: pl.nodes()}, nil
+}
+
+// PreFilterExtensions implements fwk.PreFilterPlugin.
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// computePlan places the gang's pending members.
+func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, nodes []fwk.NodeInfo) (*plan, *fwk.Status) {
+	logger := klog.FromContext(ctx)
+	pending, placed := 0, map[string]int{}
+	for _, m := range p.members(g.key) {
+		if m.Spec.NodeName != "" {
+			placed[m.Spec.NodeName]++
+		} else if !p.isWaiting(m.UID) {
+			pending++
+		}
+	}
+	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
+		if gangKeyOf(wp.GetPod()) == g.key {
+			if node := wp.GetPod().Spec.NodeName; node != "" {
+				placed[node]++
+			}
+		}
+	})
+	pending = max(pending, 1)
+	capacity, shortfall, err := p.capacity.capacities(ctx, pod, pending, nodes)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %v", g.key, err))
+	}
+	tree, err := p.tree(nodes)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	res, err := topology.Place(tree, topology.Request{Pods: pending, Capacity: capacity, Placed: placed, Rules: g.rules})
+	if err != nil {
+		msg := fmt.Sprintf("gang %s: %v", g.key, err)
+		if shortfall != "" {
+			msg += "; " + shortfall
+		}
+		if _, isFailure := err.(*topology.Failure); !isFailure {
+			// A rule naming a missing layer: no retry helps until the
+			// PodGroup or the topology changes.
+			p.status.unschedulable(g, msg)
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+		}
+		p.status.unschedulable(g, msg)
+		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
+	}
+	where := "the cluster"
+	if res.Domain != "" {
+		where = res.Layer + " " + res.Domain
+	}
+	logger.V(2).Info("Gang placement planned", "gang", g.key, "pods", pending, "where", where, "nodes", len(res.Nodes))
+	return &plan{created: time.Now(), remaining: res.Nodes, assigned: map[types.UID]string{}, where: where}, nil
+}
+
+// tree builds the network tree of the candidate nodes from the
+// ClusterNetworkTopology; without one the cluster is flat.
+func (p *Plugin) tree(nodes []fwk.NodeInfo) (*topology.Tree, error) {
+	var layers []topology.Layer
+	if t := p.src.topology(); t != nil {
+		var err error
+		if layers, err = topology.Layers(t.Spec); err != nil {
+			return nil, fmt.Errorf("ClusterNetworkTopology %s: %w", t.Name, err)
+		}
+	}
+	in := make([]topology.Node, 0, len(nodes))
+	for _, ni := range nodes {
+		if n := ni.Node(); n != nil {
+			in = append(in, topology.Node{Name: n.Name, Labels: n.Labels})
+		}
+	}
+	return topology.Build(layers, in), nil
+}
+
+// Filter implements fwk.FilterPlugin: a gang member goes only where its
+// plan has room left.
+func (p *Plugin) Filter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	key := gangKeyOf(pod)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pl := p.plans[key]
+	if pl == nil {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s has no placement plan", key))
+	}
+	if pl.remaining[ni.Node().Name] <= 0 {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node is outside the placement of gang %s (%s)", key, pl.where))
+	}
+	return nil
+}
+
+// PostFilter implements fwk.PostFilterPlugin: when a member cannot go
+// where the plan said, the plan is wrong; it is dropped and the members
+// already waiting are released, so the gang is retried whole.
+func (p *Plugin) PostFilter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	g := p.gangOf(pod)
+	if g == nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	p.releaseGroup(g, fmt.Sprintf("member %s could not be placed", pod.Name))
+	return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s could not be placed whole", g.key))
+}
+
+// Reserve implements fwk.ReservePlugin.
+func (p *Plugin) Reserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, node string) *fwk.Status {
+	key := gangKeyOf(pod)
+	if key == "" {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pl := p.plans[key]; pl != nil {
+		pl.remaining[node]--
+		pl.assigned[pod.UID] = node
+	}
+	return nil
+}
+
+// Unreserve implements fwk.ReservePlugin: one member failing after it was
+// placed (a timeout at Permit, a failed bind) releases the whole group.
+func (p *Plugin) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, node string) {
+	g := p.gangOf(pod)
+	if g == nil {
+		return
+	}
+	p.mu.Lock()
+	if pl := p.plans[g.key]; pl != nil {
+		if _, ok := pl.assigned[pod.UID]; ok {
+			delete(pl.assigned, pod.UID)
+			pl.remaining[node]++
+		}
+	}
+	p.mu.Unlock()
+	p.releaseGroup(g, fmt.Sprintf("member %s was released", pod.Name))
+}
+
+// releaseGroup rejects every waiting member of the gang's group and drops
+// their plans.
+func (p *Plugin) releaseGroup(g *gangSpec, why string) {
+	group := sets.New(g.group...)
+	p.mu.Lock()
+	for _, k := range g.group {
+		delete(p.plans, k)
+	}
+	p.mu.Unlock()
+	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
+		if group.Has(gangKeyOf(wp.GetPod())) {
+			wp.Reject(Name, fmt.Sprintf("gang %s: %s", g.key, why))
+		}
+	})
+}
+
+// Permit implements fwk.PermitPlugin: a member waits until every gang of
+// its group has minMember members placed, then all are let go at once.
+func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, node string) (*fwk.Status, time.Duration) {
+	g := p.gangOf(pod)
+	if g == nil {
+		return nil, 0
+	}
+	p.mu.Lock()
+	once := g.matchPolicy == MatchOnceSatisfied && p.satisfied[g.key]
+	p.mu.Unlock()
+	if once {
+		return nil, 0
+	}
+	waiting := map[string]int{g.key: 1}
+	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
+		if k := gangKeyOf(wp.GetPod()); k != "" {
+			waiting[k]++
+		}
+	})
+	for _, key := range g.group {
+		spec := g
+		if key != g.key {
+			spec = p.specByKey(key, nil)
+		}
+		have := waiting[key]
+		if spec.matchPolicy != MatchOnlyWaiting {
+			for _, m := range p.members(key) {
+				if m.Spec.NodeName != "" {
+					have++
+				}
+			}
+		}
+		if have < spec.minMember {
+			klog.FromContext(ctx).V(4).Info("Gang member waits", "pod", klog.KObj(pod), "gang", key, "have", have, "minMember", spec.minMember)
+			return fwk.NewStatus(fwk.Wait, fmt.Sprintf("gang %s has %d of %d members placed", key, have, spec.minMember)), g.timeout
+		}
+	}
+	group := sets.New(g.group...)
+	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
+		if group.Has(gangKeyOf(wp.GetPod())) {
+			wp.Allow(Name)
+		}
+	})
+	p.mu.Lock()
+	for _, k := range g.group {
+		p.satisfied[k] = true
+		delete(p.plans, k)
+	}
+	p.mu.Unlock()
+	for _, k := range g.group {
+		p.status.scheduled(p.specByKey(k, nil))
+	}
+	return nil, 0
+}
+
+func (p *Plugin) isWaiting(uid types.UID) bool {
+	return p.handle.GetWaitingPod(uid) != nil
+}
+
+// sortedNodes is used by tests.
+func sortedNodes(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,213 @@
+package gang
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
+	"github.com/strata-sh/strata/internal/decode"
+	"github.com/strata-sh/strata/scheduler-plugins/topology"
+)
+
+// Annotations of PodGroups (and, for gangs without a PodGroup, of pods).
+// Each Strata key has a Koordinator alias, so manifests written for
+// Koordinator work unchanged apart from schedulerName.
+const (
+	AnnotationPrefix = "scheduling.strata.sh/"
+	KoordPrefix      = "gang.scheduling.koordinator.sh/"
+
+	// KeyNetworkTopologySpec holds the gang's gather rules as JSON:
+	// {"gatherStrategy":[{"layer":"BlockLayer","strategy":"PreferGather","podCountMultiple":8}]}.
+	KeyNetworkTopologySpec = "network-topology-spec"
+	// KeyGroups lists the gangs admitted together, as a JSON array of
+	// "namespace/name" (the gang itself included or not).
+	KeyGroups = "groups"
+	// KeyMatchPolicy says which members count toward minMember for members
+	// that arrive late: only-waiting, waiting-and-running (default) or
+	// once-satisfied.
+	KeyMatchPolicy = "match-policy"
+	// KeyName and KeyMinAvailable define a gang on pods alone (no
+	// PodGroup object), as Koordinator allows.
+	KeyName         = "name"
+	KeyMinAvailable = "min-available"
+	// KeyWaitingTime overrides scheduleTimeoutSeconds ("30s", "5m").
+	KeyWaitingTime = "waiting-time"
+)
+
+// Match policies.
+const (
+	MatchOnlyWaiting       = "only-waiting"
+	MatchWaitingAndRunning = "waiting-and-running"
+	MatchOnceSatisfied     = "once-satisfied"
+)
+
+// DefaultScheduleTimeout applies when a PodGroup sets none.
+const DefaultScheduleTimeout = 60 * time.Second
+
+// annotation reads a Strata key or its Koordinator alias, and says which
+// key it came from for error messages.
+func annotation(ann map[string]string, key string) (value, from string, ok bool) {
+	if v, ok := ann[AnnotationPrefix+key]; ok {
+		return v, AnnotationPrefix + key, true
+	}
+	if v, ok := ann[KoordPrefix+key]; ok {
+		return v, KoordPrefix + key, true
+	}
+	return "", "", false
+}
+
+// topologySpec is the JSON of the network-topology-spec annotation.
+type topologySpec struct {
+	GatherStrategy []gatherRule `json:"gatherStrategy"`
+}
+
+type gatherRule struct {
+	Layer            string            `json:"layer"`
+	Strategy         topology.Strategy `json:"strategy"`
+	PodCountMultiple int               `json:"podCountMultiple,omitempty"`
+}
+
+// parseTopologySpec decodes the annotation strictly; errors name the
+// annotation and the field.
+func parseTopologySpec(ann map[string]string) ([]topology.Rule, error) {
+	raw, from, ok := annotation(ann, KeyNetworkTopologySpec)
+	if !ok || strings.TrimSpace(raw) == "" {
+		return nil, nil
+	}
+	var spec topologySpec
+	if err := decode.Strict([]byte(raw), &spec); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", from, err)
+	}
+	var rules []topology.Rule
+	for i, r := range spec.GatherStrategy {
+		field := fmt.Sprintf("annotation %s: gatherStrategy[%d]", from, i)
+		if r.Layer == "" {
+			return nil, fmt.Errorf("%s.layer: required", field)
+		}
+		if r.Strategy != topology.MustGather && r.Strategy != topology.PreferGather {
+			return nil, fmt.Errorf("%s.strategy: %q is neither %s nor %s", field, r.Strategy, topology.MustGather, topology.PreferGather)
+		}
+		if r.PodCountMultiple < 0 {
+			return nil, fmt.Errorf("%s.podCountMultiple: %d is negative", field, r.PodCountMultiple)
+		}
+		rules = append(rules, topology.Rule{Layer: r.Layer, Strategy: r.Strategy, PodCountMultiple: r.PodCountMultiple})
+	}
+	return rules, nil
+}
+
+// gangSpec is everything the plugin needs to know about one gang.
+type gangSpec struct {
+	key       string // namespace/name
+	minMember int
+	timeout   time.Duration
+	rules     []topology.Rule
+	// group lists the keys of every gang admitted together, self included,
+	// sorted.
+	group       []string
+	matchPolicy string
+	created     metav1.Time
+	// podGroup is the PodGroup object, nil for a gang defined on pods.
+	podGroup *schedulingv1alpha1.PodGroup
+	// err makes every member unschedulable with a message that names the
+	// bad field.
+	err error
+}
+
+// gangKeyOf returns the gang a pod belongs to, or "".
+func gangKeyOf(pod *corev1.Pod) string {
+	if name := pod.Labels[schedulingv1alpha1.PodGroupLabel]; name != "" {
+		return pod.Namespace + "/" + name
+	}
+	if name, _, ok := annotation(pod.Annotations, KeyName); ok && name != "" {
+		return pod.Namespace + "/" + name
+	}
+	return ""
+}
+
+// specFromPodGroup reads a gang from its PodGroup.
+func specFromPodGroup(pg *schedulingv1alpha1.PodGroup) *gangSpec {
+	g := &gangSpec{
+		key:       pg.Namespace + "/" + pg.Name,
+		minMember: int(pg.Spec.MinMember),
+		timeout:   DefaultScheduleTimeout,
+		created:   pg.CreationTimestamp,
+		podGroup:  pg,
+	}
+	if g.minMember < 1 {
+		g.minMember = 1
+	}
+	if s := pg.Spec.ScheduleTimeoutSeconds; s != nil && *s > 0 {
+		g.timeout = time.Duration(*s) * time.Second
+	}
+	g.fill(pg.Namespace, pg.Annotations)
+	return g
+}
+
+// specFromPod reads a gang defined only by pod annotations.
+func specFromPod(pod *corev1.Pod, key string) *gangSpec {
+	g := &gangSpec{key: key, minMember: 1, timeout: DefaultScheduleTimeout, created: pod.CreationTimestamp}
+	if v, from, ok := annotation(pod.Annotations, KeyMinAvailable); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			g.err = fmt.Errorf("annotation %s: %q is not a positive integer", from, v)
+		}
+		g.minMember = max(n, 1)
+	}
+	g.fill(pod.Namespace, pod.Annotations)
+	return g
+}
+
+// fill reads the annotations shared by both kinds of gang.
+func (g *gangSpec) fill(namespace string, ann map[string]string) {
+	rules, err := parseTopologySpec(ann)
+	if err != nil && g.err == nil {
+		g.err = err
+	}
+	g.rules = rules
+	g.matchPolicy = MatchWaitingAndRunning
+	if v, from, ok := annotation(ann, KeyMatchPolicy); ok {
+		switch v {
+		case MatchOnlyWaiting, MatchWaitingAndRunning, MatchOnceSatisfied:
+			g.matchPolicy = v
+		default:
+			if g.err == nil {
+				g.err = fmt.Errorf("annotation %s: %q is not one of %s, %s, %s", from, v, MatchOnlyWaiting, MatchWaitingAndRunning, MatchOnceSatisfied)
+			}
+		}
+	}
+	if v, from, ok := annotation(ann, KeyWaitingTime); ok {
+		d, err := time.ParseDuration(v)
+		if (err != nil || d <= 0) && g.err == nil {
+			g.err = fmt.Errorf("annotation %s: %q is not a positive duration", from, v)
+		} else if err == nil {
+			g.timeout = d
+		}
+	}
+	g.group = []string{g.key}
+	if v, from, ok := annotation(ann, KeyGroups); ok && strings.TrimSpace(v) != "" {
+		var members []string
+		if err := json.Unmarshal([]byte(v), &members); err != nil {
+			if g.err == nil {
+				g.err = fmt.Errorf("annotation %s: want a JSON array of \"namespace/name\": %v", from, err)
+			}
+			return
+		}
+		seen := map[string]bool{g.key: true}
+		for _, m := range members {
+			if !strings.Contains(m, "/") {
+				m = namespace + "/" + m
+			}
+			if !seen[m] {
+				seen[m] = true
+				g.group = append(g.group, m)
+			}
+		}
+	}
+	sortStrings(g.group)
+}

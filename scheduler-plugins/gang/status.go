@@ -1,0 +1,83 @@
+package gang
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+
+	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
+)
+
+// Reasons of PodGroup conditions and events.
+const (
+	ReasonUnschedulable = "Unschedulable"
+	ReasonScheduled     = "Scheduled"
+)
+
+// statusWriter reports gang outcomes on PodGroups without blocking the
+// scheduling cycle: a condition on the PodGroup and an event when the
+// message changes.
+type statusWriter struct {
+	src      *sources
+	recorder events.EventRecorderLogger
+	updates  chan statusUpdate
+}
+
+type statusUpdate struct {
+	pg    *schedulingv1alpha1.PodGroup
+	cond  metav1.Condition
+	phase schedulingv1alpha1.PodGroupPhase
+}
+
+func newStatusWriter(ctx context.Context, src *sources, recorder events.EventRecorderLogger) *statusWriter {
+	w := &statusWriter{src: src, recorder: recorder, updates: make(chan statusUpdate, 256)}
+	go w.run(ctx)
+	return w
+}
+
+func (w *statusWriter) run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case u := <-w.updates:
+			if err := w.src.setCondition(ctx, u.pg, u.cond, u.phase); err != nil {
+				logger.V(2).Info("Cannot update PodGroup status", "podGroup", klog.KObj(u.pg), "err", err)
+			}
+		}
+	}
+}
+
+func (w *statusWriter) send(g *gangSpec, cond metav1.Condition, phase schedulingv1alpha1.PodGroupPhase, eventType string) {
+	if g == nil || g.podGroup == nil {
+		return
+	}
+	for _, c := range g.podGroup.Status.Conditions {
+		if c.Type == cond.Type && c.Status == cond.Status && c.Message == cond.Message {
+			return
+		}
+	}
+	ref := &corev1.ObjectReference{APIVersion: schedulingv1alpha1.GroupVersion.String(), Kind: "PodGroup",
+		Namespace: g.podGroup.Namespace, Name: g.podGroup.Name, UID: g.podGroup.UID}
+	if w.recorder != nil {
+		w.recorder.Eventf(ref, nil, eventType, cond.Reason, "Scheduling", "%s", cond.Message)
+	}
+	select {
+	case w.updates <- statusUpdate{pg: g.podGroup, cond: cond, phase: phase}:
+	default: // a later update will carry the news
+	}
+}
+
+func (w *statusWriter) unschedulable(g *gangSpec, msg string) {
+	w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: ReasonUnschedulable, Message: msg},
+		schedulingv1alpha1.PodGroupPending, corev1.EventTypeWarning)
+}
+
+func (w *statusWriter) scheduled(g *gangSpec) {
+	w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: ReasonScheduled, Message: "all members placed"},
+		schedulingv1alpha1.PodGroupScheduled, corev1.EventTypeNormal)
+}
