@@ -14,6 +14,7 @@ import (
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/strata-sh/strata/controller"
 	"github.com/strata-sh/strata/deployments"
 	"github.com/strata-sh/strata/sim/apply"
 	"github.com/strata-sh/strata/sim/cluster"
@@ -37,12 +38,13 @@ type Config struct {
 
 // Sim is a running simulated cluster.
 type Sim struct {
-	ControlPlane *controlplane.ControlPlane
-	Nodes        *node.Manager
-	Cluster      *cluster.Cluster
-	applier      *apply.Applier
-	dir          string
-	ownDir       bool
+	ControlPlane   *controlplane.ControlPlane
+	Nodes          *node.Manager
+	Cluster        *cluster.Cluster
+	applier        *apply.Applier
+	stopController func()
+	dir            string
+	ownDir         bool
 }
 
 // Start boots the control plane, installs Strata's cluster objects
@@ -81,6 +83,9 @@ func Start(ctx context.Context, cfg Config) (_ *Sim, finalErr error) {
 		return nil, err
 	}
 	s.ControlPlane = cp
+	if err := s.startController(ctx); err != nil {
+		return nil, err
+	}
 	workers := cfg.NodeWorkers
 	if workers == 0 {
 		workers = 8
@@ -134,10 +139,31 @@ func (s *Sim) Report(ctx context.Context) (*report.Report, error) {
 	return report.Collect(ctx, s.ControlPlane.Client, s.Cluster.Name, s.Nodes.Containers)
 }
 
+// startController runs strata-controller against the control plane.
+func (s *Sim) startController(ctx context.Context) error {
+	mgr, err := controller.NewManager(s.ControlPlane.Config, controller.Options{MetricsAddress: "0", HealthAddress: "0"})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "strata-controller stopped")
+		}
+	}()
+	s.stopController = func() { cancel(); <-done }
+	return nil
+}
+
 // Stop shuts the nodes and the control plane down.
 func (s *Sim) Stop() {
 	if s.Nodes != nil {
 		s.Nodes.Stop()
+	}
+	if s.stopController != nil {
+		s.stopController()
 	}
 	if s.ControlPlane != nil {
 		s.ControlPlane.Stop()

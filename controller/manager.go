@@ -1,0 +1,73 @@
+// Package controller is strata-controller: it keeps the status of
+// ClusterNetworkTopology (the domains of every layer and the nodes that
+// cannot be placed) and of PodGroups (member counts and phase).
+package controller
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	restclient "k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
+	topologyv1alpha1 "github.com/strata-sh/strata/api/topology/v1alpha1"
+)
+
+// Scheme has the types the controller reads.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, schedulingv1alpha1.AddToScheme, topologyv1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Options of the controller manager.
+type Options struct {
+	// LeaderElection runs the controller active/standby.
+	LeaderElection bool
+	// MetricsAddress serves metrics; "0" disables.
+	MetricsAddress string
+	// HealthAddress serves /healthz and /readyz; "0" disables.
+	HealthAddress string
+}
+
+// NewManager builds the manager with every Strata controller.
+func NewManager(restConfig *restclient.Config, o Options) (ctrl.Manager, error) {
+	ctrl.SetLogger(klog.Background())
+	// Strata's types have no protobuf encoding; the controller speaks JSON.
+	restConfig = restclient.CopyConfig(restConfig)
+	restConfig.ContentType, restConfig.AcceptContentTypes = "application/json", "application/json"
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                  scheme,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        "strata-controller",
+		LeaderElectionNamespace: "kube-system",
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddress},
+		HealthProbeBindAddress:  o.HealthAddress,
+		// Tests and strata-sim run several managers in one process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create controller manager: %w", err)
+	}
+	if err := (&TopologyReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&PodGroupReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}

@@ -1,0 +1,308 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
+	topologyv1alpha1 "github.com/strata-sh/strata/api/topology/v1alpha1"
+	"github.com/strata-sh/strata/controller"
+	"github.com/strata-sh/strata/internal/testutil"
+	"github.com/strata-sh/strata/scheduler-plugins/config"
+)
+
+const blockLabel = "network.topology.nvidia.com/block"
+
+// twoBlocks is the gang example's cluster: blocks of four DGX H100 nodes.
+func twoBlocks(nodesPerBlock int) string {
+	return fmt.Sprintf(`
+apiVersion: sim.strata.sh/v1alpha1
+kind: Cluster
+nodeGroups:
+- name: gpu
+  count: %d
+  cpu: "224"
+  memory: 2Ti
+  hardware: nvidia-dgx-h100
+  labels:
+    network.topology.nvidia.com/spine: spine-0
+    network.topology.nvidia.com/block: block-{index/%d}
+`, 2*nodesPerBlock, nodesPerBlock)
+}
+
+func (e *env) crClient() client.Client {
+	e.t.Helper()
+	scheme, err := controller.Scheme()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(e.sim.ControlPlane.Config)
+	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+// gang creates a PodGroup and its member pods, each claiming gpus GPUs.
+func (e *env) gang(name string, members, minMember, gpus int, annotations map[string]string) {
+	e.t.Helper()
+	pg := &schedulingv1alpha1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: annotations},
+		Spec:       schedulingv1alpha1.PodGroupSpec{MinMember: int32(minMember)},
+	}
+	if err := e.crClient().Create(e.ctx, pg); err != nil {
+		e.t.Fatalf("create PodGroup %s: %v", name, err)
+	}
+	tmpl := name + "-gpus"
+	if gpus > 0 {
+		e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, int64(gpus)).Template("default", tmpl))
+	}
+	for i := 0; i < members; i++ {
+		w := testutil.MakePod(fmt.Sprintf("%s-%d", name, i)).Scheduler(config.ProfileName).
+			Label(schedulingv1alpha1.PodGroupLabel, name).Req("8", "32Gi")
+		if gpus > 0 {
+			w = w.ClaimTemplate("gpus", tmpl)
+		}
+		e.createPod(w.Obj())
+	}
+}
+
+// gangPods returns the pods of a gang by name.
+func (e *env) gangPods(name string) []corev1.Pod {
+	e.t.Helper()
+	pods, err := e.client.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: schedulingv1alpha1.PodGroupLabel + "=" + name})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pods.Items
+}
+
+func (e *env) waitGangRunning(name string, n int) []corev1.Pod {
+	e.t.Helper()
+	var pods []corev1.Pod
+	e.eventually(60*time.Second, "gang "+name+" running", func(context.Context) (bool, error) {
+		pods = e.gangPods(name)
+		running := 0
+		for _, p := range pods {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == n, nil
+	})
+	return pods
+}
+
+// blocksOf returns the blocks a gang's pods run in.
+func (e *env) blocksOf(pods []corev1.Pod) []string {
+	e.t.Helper()
+	seen := map[string]bool{}
+	for _, p := range pods {
+		n, err := e.client.CoreV1().Nodes().Get(e.ctx, p.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		seen[n.Labels[blockLabel]] = true
+	}
+	var out []string
+	for b := range seen {
+		out = append(out, b)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func boundCount(pods []corev1.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// occupy fills n GPUs on each node of a block with one filler pod per node.
+func (e *env) occupy(nodes []string, gpus int) {
+	e.t.Helper()
+	for _, node := range nodes {
+		name := "filler-" + node
+		e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, int64(gpus)).Template("default", name))
+		pod := testutil.MakePod(name).Scheduler(config.ProfileName).ClaimTemplate("gpus", name).Obj()
+		pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+		e.createPod(pod)
+		e.waitRunning("default", name)
+	}
+}
+
+func preferBlock(strategy string) map[string]string {
+	return map[string]string{"scheduling.strata.sh/network-topology-spec": fmt.Sprintf(`{"gatherStrategy":[{"layer":"BlockLayer","strategy":%q}]}`, strategy)}
+}
+
+// TestTrainingJobExampleLandsInOneBlock applies the seeds' training job
+// (Koordinator annotation keys) and checks the topology status.
+func TestTrainingJobExampleLandsInOneBlock(t *testing.T) {
+	e := startCluster(t, twoBlocks(4))
+	e.applyFile(examplesDir + "/gang/topology.yaml")
+	e.applyFile(examplesDir + "/gang/training-job.yaml")
+	pods := e.waitGangRunning("training-job", 8)
+	if blocks := e.blocksOf(pods); len(blocks) != 1 {
+		t.Errorf("training job spread over blocks %v although one block holds it", blocks)
+	}
+	cr := e.crClient()
+	e.eventually(30*time.Second, "PodGroup scheduled and running", func(ctx context.Context) (bool, error) {
+		var pg schedulingv1alpha1.PodGroup
+		if err := cr.Get(ctx, client.ObjectKey{Namespace: "default", Name: "training-job"}, &pg); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)
+		return c != nil && c.Status == metav1.ConditionTrue && pg.Status.Running == 8 && pg.Status.Phase == schedulingv1alpha1.PodGroupRunning, nil
+	})
+	e.eventually(30*time.Second, "topology status lists both blocks", func(ctx context.Context) (bool, error) {
+		var topo topologyv1alpha1.ClusterNetworkTopology
+		if err := cr.Get(ctx, client.ObjectKey{Name: "default"}, &topo); err != nil {
+			return false, err
+		}
+		blocks := 0
+		for _, d := range topo.Status.Domains {
+			if d.Layer == "BlockLayer" && d.Nodes == 4 && d.Parent == "spine-0" {
+				blocks++
+			}
+		}
+		return blocks == 2 && topo.Status.UnplacedNodeCount == 0, nil
+	})
+}
+
+// TestGangSpreadsOnlyWhenNoBlockFits: PreferGather spreads a gang that no
+// block can hold; MustGather keeps it pending whole, explained.
+func TestGangSpreadsOnlyWhenNoBlockFits(t *testing.T) {
+	e := startCluster(t, twoBlocks(4))
+	e.applyFile(examplesDir + "/gang/topology.yaml")
+	// Half of every block's GPUs are taken: each block has 16 free.
+	e.occupy([]string{"gpu-0", "gpu-1", "gpu-4", "gpu-5"}, 8)
+
+	e.gang("must", 6, 6, 4, preferBlock("MustGather"))
+	cr := e.crClient()
+	var msg string
+	e.eventually(30*time.Second, "MustGather gang explained", func(ctx context.Context) (bool, error) {
+		var pg schedulingv1alpha1.PodGroup
+		if err := cr.Get(ctx, client.ObjectKey{Namespace: "default", Name: "must"}, &pg); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)
+		if c == nil || c.Status != metav1.ConditionFalse {
+			return false, nil
+		}
+		msg = c.Message
+		return true, nil
+	})
+	for _, want := range []string{"6 pods do not fit in any BlockLayer domain", "of 6 pods fit", "4×nvidia-gpu.strata.sh"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("PodGroup condition %q does not say %q", msg, want)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	if n := boundCount(e.gangPods("must")); n != 0 {
+		t.Fatalf("MustGather gang that fits no block bound %d pods", n)
+	}
+
+	// The same gang with PreferGather spreads over both blocks.
+	e.gang("prefer", 6, 6, 4, preferBlock("PreferGather"))
+	pods := e.waitGangRunning("prefer", 6)
+	if blocks := e.blocksOf(pods); len(blocks) != 2 {
+		t.Errorf("PreferGather gang in blocks %v, want both", blocks)
+	}
+}
+
+// TestGangsRacingForOneBlock: two gangs that each need the only free
+// block: one runs whole, the other waits whole, and gets the block when
+// the first goes.
+func TestGangsRacingForOneBlock(t *testing.T) {
+	e := startCluster(t, twoBlocks(2))
+	e.applyFile(examplesDir + "/gang/topology.yaml")
+	e.occupy([]string{"gpu-2", "gpu-3"}, 8) // block-1 full
+	e.gang("alpha", 4, 4, 4, preferBlock("MustGather"))
+	e.gang("beta", 4, 4, 4, preferBlock("MustGather"))
+	var winner, loser string
+	e.eventually(60*time.Second, "one gang runs whole", func(context.Context) (bool, error) {
+		for _, pair := range [][2]string{{"alpha", "beta"}, {"beta", "alpha"}} {
+			running := 0
+			for _, p := range e.gangPods(pair[0]) {
+				if p.Status.Phase == corev1.PodRunning {
+					running++
+				}
+			}
+			if running == 4 {
+				winner, loser = pair[0], pair[1]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	time.Sleep(2 * time.Second)
+	if n := boundCount(e.gangPods(loser)); n != 0 {
+		t.Fatalf("losing gang %s has %d pods bound; it must wait whole", loser, n)
+	}
+	for _, p := range e.gangPods(winner) {
+		e.deletePod("default", p.Name)
+	}
+	e.waitGangRunning(loser, 4)
+}
+
+// TestGangGroupBindsOnlyWhenAllGangsFit: parameter servers and workers
+// admitted together; while the workers cannot be placed, no parameter
+// server binds.
+func TestGangGroupBindsOnlyWhenAllGangsFit(t *testing.T) {
+	e := startCluster(t, twoBlocks(2))
+	e.occupy([]string{"gpu-0", "gpu-1"}, 8)
+	group := map[string]string{"scheduling.strata.sh/groups": `["default/ps", "default/workers"]`}
+	e.gang("ps", 2, 2, 0, group)
+	e.gang("workers", 3, 3, 8, group) // three 8-GPU workers, two nodes free
+	time.Sleep(5 * time.Second)
+	if n := boundCount(e.gangPods("ps")) + boundCount(e.gangPods("workers")); n != 0 {
+		t.Fatalf("%d pods of the group bound although the workers do not fit", n)
+	}
+	e.deletePod("default", "filler-gpu-0")
+	e.waitGangRunning("workers", 3)
+	e.waitGangRunning("ps", 2)
+}
+
+// TestGangNeedsFreeDevicesNotJustCPU: nodes with 7 free GPUs each cannot
+// hold members that need 8, although CPU and memory fit.
+func TestGangNeedsFreeDevicesNotJustCPU(t *testing.T) {
+	e := startCluster(t, twoBlocks(2))
+	e.occupy([]string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}, 1)
+	e.gang("big", 2, 2, 8, nil)
+	cr := e.crClient()
+	e.eventually(30*time.Second, "gang explained", func(ctx context.Context) (bool, error) {
+		var pg schedulingv1alpha1.PodGroup
+		if err := cr.Get(ctx, client.ObjectKey{Namespace: "default", Name: "big"}, &pg); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)
+		return c != nil && strings.Contains(c.Message, "short of DRA devices"), nil
+	})
+	if n := boundCount(e.gangPods("big")); n != 0 {
+		t.Fatalf("%d members bound on nodes without 8 free GPUs", n)
+	}
+	e.deletePod("default", "filler-gpu-2")
+	e.deletePod("default", "filler-gpu-3")
+	pods := e.waitGangRunning("big", 2)
+	for _, p := range pods {
+		if p.Spec.NodeName != "gpu-2" && p.Spec.NodeName != "gpu-3" {
+			t.Errorf("member on %s, which has only 7 free GPUs", p.Spec.NodeName)
+		}
+	}
+}
