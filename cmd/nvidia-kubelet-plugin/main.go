@@ -34,6 +34,7 @@ type options struct {
 	fabricPartitions, hamiLibrary   string
 	mpsControl                      string
 	metricsAddress                  string
+	dynamicMIG                      bool
 }
 
 func main() {
@@ -53,6 +54,7 @@ func main() {
 	fs.StringVar(&o.hamiLibrary, "hami-core-library", nvidia.DefaultHAMiCoreLibrary, "host path of HAMi-core's libvgpu.so for shared GPUs")
 	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "MPS control program; empty disables MPS sharing")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9401", "address to serve Prometheus metrics on; empty disables")
+	fs.BoolVar(&o.dynamicMIG, "dynamic-mig", false, "publish every MIG placement and create MIG instances on demand")
 	_ = fs.Parse(os.Args[1:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -78,6 +80,7 @@ func run(ctx context.Context, o options) error {
 	cfg := nvidia.Config{
 		NVML: nvml.New(), SysfsRoot: o.sysfsRoot, ProcRoot: o.procRoot, DevRoot: o.devRoot,
 		StateDir: o.pluginDir, FabricPartitionsFile: o.fabricPartitions, HAMiCoreLibrary: o.hamiLibrary,
+		DynamicMIG: o.dynamicMIG,
 	}
 	if o.mpsControl != "" {
 		cfg.MPS = nvidia.ExecMPS{Binary: o.mpsControl, StateDir: o.pluginDir}

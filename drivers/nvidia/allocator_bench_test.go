@@ -26,9 +26,11 @@ import (
 
 // The scheduler's DynamicResources plugin builds one allocator per pod and
 // calls Allocate for every candidate node. These benchmarks measure that
-// cost for the slice layout the NVIDIA plugin publishes (every GPU whole,
-// shared and as every MIG placement, all drawing on shared counters)
-// against a layout of whole GPUs only, on 1, 100 and 1,000 DGX H100 nodes.
+// cost for the slice layouts the NVIDIA plugin publishes — "default" (one
+// device per GPU with consumable capacity, used whole or shared) and
+// "dynamic-mig" (the same plus every MIG placement, drawing on shared
+// counters) — against "whole-only" (plain whole GPUs), on 1, 100 and
+// 1,000 DGX H100 nodes.
 //
 // Reported per claim: ns/op for allocator construction plus one Allocate
 // per node, as in a scheduling cycle that filters every node.
@@ -68,7 +70,7 @@ func strataClasses(b *testing.B) classLister {
 }
 
 // nodeInventory discovers one DGX H100 through the real backend.
-func nodeInventory(b *testing.B) *plugin.Inventory {
+func nodeInventory(b *testing.B, dynamicMIG bool) *plugin.Inventory {
 	root := b.TempDir()
 	m := hardware.DGXH100()
 	if err := hardware.WriteNode(root, m, "boot"); err != nil {
@@ -79,7 +81,7 @@ func nodeInventory(b *testing.B) *plugin.Inventory {
 		b.Fatal(err)
 	}
 	backend, err := New(Config{NVML: srv, SysfsRoot: filepath.Join(root, "sys"), ProcRoot: filepath.Join(root, "proc"),
-		FabricPartitionsFile: filepath.Join(root, hardware.FabricPartitionsFile)})
+		FabricPartitionsFile: filepath.Join(root, hardware.FabricPartitionsFile), DynamicMIG: dynamicMIG})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -90,14 +92,16 @@ func nodeInventory(b *testing.B) *plugin.Inventory {
 	return inv
 }
 
-// wholeOnly keeps the whole GPUs of an inventory, without counters: the
-// layout of a driver that knows neither MIG nor sharing.
+// wholeOnly keeps the GPUs of an inventory as plain devices: the layout
+// of a driver that knows neither MIG nor sharing.
 func wholeOnly(inv *plugin.Inventory) *plugin.Inventory {
 	out := &plugin.Inventory{}
 	for _, d := range inv.Devices {
 		if *d.Attributes["type"].StringValue == "gpu" {
 			d = *d.DeepCopy()
 			d.ConsumesCounters = nil
+			d.AllowMultipleAllocations = nil
+			d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": d.Capacity["memory"]}
 			out.Devices = append(out.Devices, d)
 		}
 	}
@@ -152,8 +156,8 @@ func benchClaims() map[string]*resourceapi.ResourceClaim {
 // BenchmarkAllocateClaim: layout (full | whole-only) × claim × nodes.
 func BenchmarkAllocateClaim(b *testing.B) {
 	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
-	full := nodeInventory(b)
-	layouts := map[string]*plugin.Inventory{"full": full, "whole-only": wholeOnly(full)}
+	def := nodeInventory(b, false)
+	layouts := map[string]*plugin.Inventory{"whole-only": wholeOnly(def), "default": def, "dynamic-mig": nodeInventory(b, true)}
 	classes := strataClasses(b)
 	features := structured.Features{ConsumableCapacity: true, DeviceTaints: true, PartitionableDevices: true, PrioritizedList: true}
 	celCache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: true})
@@ -162,9 +166,9 @@ func BenchmarkAllocateClaim(b *testing.B) {
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
-	for _, layout := range []string{"whole-only", "full"} {
-		for _, claimName := range []string{"gpu", "partition4", "mig", "shared"} {
-			if layout == "whole-only" && (claimName == "mig" || claimName == "shared") {
+	for _, layout := range []string{"whole-only", "default", "dynamic-mig"} {
+		for _, claimName := range []string{"gpu", "partition4", "shared", "mig"} {
+			if (layout == "whole-only" && claimName == "shared") || (layout != "dynamic-mig" && claimName == "mig") {
 				continue // the layout has no such devices
 			}
 			for _, nodes := range []int{1, 100, 1000} {

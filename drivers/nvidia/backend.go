@@ -62,6 +62,10 @@ type Config struct {
 	HAMiCoreLibrary string
 	// MPS starts and stops MPS control daemons; nil disables MPS sharing.
 	MPS MPSControl
+	// DynamicMIG publishes every MIG placement of MIG-capable GPUs and
+	// creates instances on demand. It adds counter slices, which cost the
+	// scheduler in proportion to the number of such nodes (docs/nvidia.md).
+	DynamicMIG bool
 	// HealthInterval is how often GPUs are probed; XIDHoldDown is how long
 	// a critical XID keeps a GPU tainted after the last occurrence.
 	HealthInterval time.Duration
@@ -144,7 +148,7 @@ func (b *Backend) Close() { b.cfg.NVML.Shutdown() }
 // Discover implements plugin.Backend. GPUs are enumerated once at start;
 // what changes afterwards is their health, which becomes device taints.
 func (b *Backend) Discover(_ context.Context) (*plugin.Inventory, error) {
-	set, err := buildDevices(b.gpus, b.health.taints())
+	set, err := buildDevices(b.gpus, b.health.taints(), b.cfg.DynamicMIG)
 	if err != nil {
 		return nil, err
 	}
@@ -215,16 +219,27 @@ func (b *Backend) prepareDevice(ctx context.Context, claim plugin.ClaimRef, a pl
 	var sd *sharedDevice
 	switch d.kind {
 	case kindGPU:
-		if cfg.Sharing != nil {
-			return out, "", nil, errors.New("sharing: only shared GPUs (DeviceClass nvidia-shared.strata.sh) take a sharing configuration; this is a whole GPU")
-		}
 		if err := b.setMIGMode(d.gpu, false); err != nil {
 			return out, "", nil, err
 		}
+		s, err := b.sharedLimits(d, a, cfg)
+		if err != nil {
+			return out, "", nil, err
+		}
 		out.Edits.DeviceNodes = []*cdispec.DeviceNode{gpuNode}
+		// All of the GPU and no sharing config: the claim has the GPU to
+		// itself and needs no limits.
+		if cfg.Sharing == nil && s.cores == sharedCores && s.memory == int64(d.gpu.memoryBytes) {
+			break
+		}
+		if err := b.startSharing(ctx, d.gpu, s.strategy); err != nil {
+			return out, "", nil, err
+		}
+		st.Strategy = string(s.strategy)
+		sd = &s
 	case kindMIG:
 		if cfg.Sharing != nil {
-			return out, "", nil, errors.New("sharing: only shared GPUs (DeviceClass nvidia-shared.strata.sh) take a sharing configuration; this is a MIG device")
+			return out, "", nil, errors.New("sharing: only GPUs take a sharing configuration; this is a MIG device")
 		}
 		gi, ci, err := b.createMIG(ctx, d)
 		if err != nil {
@@ -238,20 +253,6 @@ func (b *Backend) prepareDevice(ctx context.Context, claim plugin.ClaimRef, a pl
 		}
 		out.Edits.DeviceNodes = append([]*cdispec.DeviceNode{gpuNode}, nodes...)
 		uuid = fmt.Sprintf("MIG-%s/%d/%d", d.gpu.uuid, gi, ci)
-	case kindShared:
-		if err := b.setMIGMode(d.gpu, false); err != nil {
-			return out, "", nil, err
-		}
-		s, err := b.sharedLimits(d, a, cfg)
-		if err != nil {
-			return out, "", nil, err
-		}
-		if err := b.startSharing(ctx, d.gpu, s.strategy); err != nil {
-			return out, "", nil, err
-		}
-		st.Strategy = string(s.strategy)
-		sd = &s
-		out.Edits.DeviceNodes = []*cdispec.DeviceNode{gpuNode}
 	}
 	raw, err := json.Marshal(st)
 	if err != nil {
@@ -291,7 +292,7 @@ func (b *Backend) releaseLocked(ctx context.Context, claim plugin.ClaimRef, devi
 			if err := b.destroyMIG(ctx, d, st.GPUInstance); err != nil {
 				errs = append(errs, fmt.Errorf("device %s: %w", p.Device, err))
 			}
-		case kindShared:
+		case kindGPU:
 			if st.Strategy != "" {
 				if err := b.stopSharing(ctx, d.gpu, sharingStrategy(st.Strategy)); err != nil {
 					errs = append(errs, fmt.Errorf("device %s: %w", p.Device, err))
@@ -335,7 +336,7 @@ func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) e
 				}
 				owned[d.gpu.name][*st.GPUInstance] = true
 			}
-			if d.kind == kindShared && st.Strategy != "" {
+			if d.kind == kindGPU && st.Strategy != "" {
 				if sharingStrategy(st.Strategy) == strategyMPS {
 					b.mpsUsers[d.gpu.name]++
 				} else {

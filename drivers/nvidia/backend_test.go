@@ -32,7 +32,7 @@ func newBackend(t *testing.T, m hardware.Machine) (*Backend, *nvmlmock.Server, s
 	b, err := New(Config{
 		NVML: srv, SysfsRoot: filepath.Join(root, "sys"), ProcRoot: filepath.Join(root, "proc"), DevRoot: root,
 		StateDir: filepath.Join(root, "state"), FabricPartitionsFile: filepath.Join(root, hardware.FabricPartitionsFile),
-		MPS: nvmlmock.NewMPS(),
+		MPS: nvmlmock.NewMPS(), DynamicMIG: true,
 	})
 	if err != nil {
 		t.Fatal(err)

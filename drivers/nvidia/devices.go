@@ -15,12 +15,11 @@ type deviceKind string
 
 // Device kinds; the value is the "type" attribute.
 const (
-	kindGPU    deviceKind = "gpu"
-	kindMIG    deviceKind = "mig"
-	kindShared deviceKind = "shared"
+	kindGPU deviceKind = "gpu"
+	kindMIG deviceKind = "mig"
 )
 
-// Capacity of a shared device: compute in percent of the GPU, memory in
+// Capacity of a GPU device: compute in percent of the GPU, memory in
 // bytes, requested in whole MiB.
 const (
 	sharedCores    = 100
@@ -53,9 +52,8 @@ const (
 
 func memorySliceCounter(i int) string { return fmt.Sprintf("memory-slice-%d", i) }
 
-// gpuCounters is everything a GPU has. The whole GPU and its shared
-// device consume all of it, so they exclude each other and every MIG
-// device.
+// gpuCounters is everything a GPU has. The GPU device consumes all of
+// it, so it excludes every MIG device.
 func gpuCounters(g *gpu) map[string]resourceapi.Counter {
 	c := map[string]resourceapi.Counter{counterMemory: quantity(int64(g.memoryBytes))}
 	if g.mig != nil {
@@ -103,36 +101,30 @@ type deviceSet struct {
 	byName   map[string]*device
 }
 
-// buildDevices lays out every GPU as a whole device, a shared device and
-// one device per MIG placement. Whole GPUs come first so that the
-// allocator, which tries devices in order, prefers them for whole-GPU
-// requests; MIG placements follow from the smallest profile up.
-func buildDevices(gpus []*gpu, taints map[string][]resourceapi.DeviceTaint) (*deviceSet, error) {
+// buildDevices lays out every GPU as one device with consumable capacity
+// (cores and memory): a claim that asks for no capacity gets all of it
+// (the whole GPU), a claim that asks for part shares the GPU. With dynamic
+// MIG, each GPU also gets a counter set and one device per MIG placement;
+// the GPU device consumes every counter in full (once, however many
+// shares it has), so a GPU is used whole/shared or as MIG instances,
+// never both.
+//
+// Counters are opt-in because the 1.36 allocator considers the counter
+// slices of every node when it allocates on any one node: a cluster of
+// partitionable nodes costs the scheduler in proportion to its size for
+// every node it filters (see docs/nvidia.md).
+func buildDevices(gpus []*gpu, taints map[string][]resourceapi.DeviceTaint, dynamicMIG bool) (*deviceSet, error) {
 	set := &deviceSet{byName: map[string]*device{}}
-	var shared, migs []resourceapi.Device
+	var migs []resourceapi.Device
 	for _, g := range gpus {
 		base, err := baseAttributes(g)
 		if err != nil {
 			return nil, fmt.Errorf("GPU %s: %w", g.name, err)
 		}
-		consumeAll := []resourceapi.DeviceCounterConsumption{{CounterSet: counterSetName(g), Counters: gpuCounters(g)}}
-		set.counters = append(set.counters, resourceapi.CounterSet{Name: counterSetName(g), Counters: gpuCounters(g)})
 		gpuTaints := taints[g.name]
-
-		whole := resourceapi.Device{
-			Name:             g.name,
-			Attributes:       withAttrs(base, kindGPU, true, g.partitionAttributes()),
-			Capacity:         map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: bytes(g.memoryBytes)}},
-			ConsumesCounters: consumeAll,
-			Taints:           gpuTaints,
-		}
-		set.add(&device{name: g.name, kind: kindGPU, gpu: g})
-		set.devices = append(set.devices, whole)
-
-		sharedName := g.name + "-shared"
-		shared = append(shared, resourceapi.Device{
-			Name:                     sharedName,
-			Attributes:               withAttrs(base, kindShared, false, nil),
+		dev := resourceapi.Device{
+			Name:                     g.name,
+			Attributes:               withAttrs(base, kindGPU, true, g.partitionAttributes()),
 			AllowMultipleAllocations: ptr.To(true),
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 				"cores": {
@@ -144,14 +136,16 @@ func buildDevices(gpus []*gpu, taints map[string][]resourceapi.DeviceTaint) (*de
 					RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(bytes(g.memoryBytes)), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(memoryStepSize, resource.BinarySI), Step: resource.NewQuantity(memoryStepSize, resource.BinarySI)}},
 				},
 			},
-			ConsumesCounters: consumeAll,
-			Taints:           gpuTaints,
-		})
-		set.add(&device{name: sharedName, kind: kindShared, gpu: g})
-
-		if g.mig == nil {
+			Taints: gpuTaints,
+		}
+		set.add(&device{name: g.name, kind: kindGPU, gpu: g})
+		if !dynamicMIG || g.mig == nil {
+			set.devices = append(set.devices, dev)
 			continue
 		}
+		set.counters = append(set.counters, resourceapi.CounterSet{Name: counterSetName(g), Counters: gpuCounters(g)})
+		dev.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: counterSetName(g), Counters: gpuCounters(g)}}
+		set.devices = append(set.devices, dev)
 		for _, p := range g.mig.profiles {
 			for _, pl := range p.placements {
 				name := migDeviceName(g, p, pl)
@@ -176,7 +170,7 @@ func buildDevices(gpus []*gpu, taints map[string][]resourceapi.DeviceTaint) (*de
 			}
 		}
 	}
-	set.devices = append(append(set.devices, shared...), migs...)
+	set.devices = append(set.devices, migs...)
 	return set, nil
 }
 

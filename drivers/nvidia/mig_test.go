@@ -46,23 +46,22 @@ func TestMIGDevicesAndCounters(t *testing.T) {
 			set = cs
 		}
 	}
-	// The whole GPU consumes every counter in full, so it excludes every
-	// MIG placement and the shared device.
+	// The GPU device consumes every counter in full, so it excludes every
+	// MIG placement, whether it is used whole or shared.
 	if got, want := len(whole.ConsumesCounters[0].Counters), len(set.Counters); got != want {
-		t.Errorf("whole GPU consumes %d of %d counters", got, want)
+		t.Errorf("GPU consumes %d of %d counters", got, want)
 	}
 	for name, c := range set.Counters {
 		got := whole.ConsumesCounters[0].Counters[name].Value
 		if got.Cmp(c.Value) != 0 {
-			t.Errorf("whole GPU consumes %s of counter %s, the GPU has %s", got.String(), name, c.Value.String())
+			t.Errorf("GPU consumes %s of counter %s, the GPU has %s", got.String(), name, c.Value.String())
 		}
 	}
-	shared := byName["gpu-0-shared"]
-	if shared.AllowMultipleAllocations == nil || !*shared.AllowMultipleAllocations {
-		t.Errorf("shared device does not allow multiple allocations")
+	if whole.AllowMultipleAllocations == nil || !*whole.AllowMultipleAllocations {
+		t.Errorf("GPU device does not allow multiple allocations")
 	}
-	if _, ok := shared.Capacity["cores"]; !ok {
-		t.Errorf("shared device has no cores capacity")
+	if _, ok := whole.Capacity["cores"]; !ok {
+		t.Errorf("GPU device has no cores capacity")
 	}
 	if n := len(mig.ConsumesCounters[0].Counters); n > resourceapi.ResourceSliceMaxCountersPerDeviceCounterConsumption {
 		t.Errorf("MIG device consumes %d counters, over the API limit", n)
@@ -188,7 +187,7 @@ func TestSharedLimitsAndMPS(t *testing.T) {
 	}
 	mpsConfig := json.RawMessage(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS","mps":{"activeThreadPercentage":30}}}`)
 	share := func(uid string, cfg json.RawMessage) (*plugin.PrepareResponse, error) {
-		a := plugin.AllocatedDevice{Request: "gpu", Pool: "node-a", Device: "gpu-4-shared",
+		a := plugin.AllocatedDevice{Request: "gpu", Pool: "node-a", Device: "gpu-4",
 			ConsumedCapacity: map[resourceapi.QualifiedName]string{"cores": "40", "memory": "20Gi"}}
 		if cfg != nil {
 			a.Configs = []json.RawMessage{cfg}
@@ -236,6 +235,19 @@ func TestSharedLimitsAndMPS(t *testing.T) {
 	over := json.RawMessage(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"HAMiCore","hamiCore":{"coreLimit":60}}}`)
 	if _, err := share("four", over); err == nil || !strings.Contains(err.Error(), "sharing.hamiCore.coreLimit: Invalid value: 60: exceeds the 40 cores") {
 		t.Errorf("core limit above the allocation: %v", err)
+	}
+}
+
+func TestStaticLayoutHasNoCounters(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	b, _, _ := newBackend(t, hardware.DGXH100())
+	b.cfg.DynamicMIG = false
+	inv, err := b.Discover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.Devices) != 8 || len(inv.SharedCounters) != 0 {
+		t.Errorf("%d devices and %d counter sets without dynamic MIG, want 8 and none", len(inv.Devices), len(inv.SharedCounters))
 	}
 }
 

@@ -351,9 +351,18 @@ func (e *capacityEstimator) nodeClasses(slices []*resourceapi.ResourceSlice, all
 		k := id.Driver.String() + "/" + id.Pool.String()
 		inUse[k] = append(inUse[k], id.Device.String())
 	}
-	for id := range allocated.AllocatedSharedDeviceIDs {
+	// Devices shared by several claims differ by how much of them is
+	// taken, not by which share ids hold them.
+	for id, consumed := range allocated.AggregatedCapacity {
 		k := id.Driver.String() + "/" + id.Pool.String()
-		inUse[k] = append(inUse[k], id.Device.String()+"/shared")
+		var parts []string
+		for name, q := range consumed {
+			if q != nil {
+				parts = append(parts, string(name)+"="+q.String())
+			}
+		}
+		sort.Strings(parts)
+		inUse[k] = append(inUse[k], id.Device.String()+"{"+strings.Join(parts, ",")+"}")
 	}
 	out := make(map[string][32]byte, len(perNode))
 	for node, parts := range perNode {

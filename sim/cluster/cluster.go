@@ -56,7 +56,16 @@ type NodeGroup struct {
 	// Hardware is a hardware preset such as nvidia-dgx-h100; empty means a
 	// node without accelerators.
 	Hardware string `json:"hardware,omitempty"`
+	// MIG is "dynamic" to publish every MIG placement of the node's GPUs
+	// and create instances on demand, or "none" (the default).
+	MIG string `json:"mig,omitempty"`
 }
+
+// MIG strategies of a node group.
+const (
+	MIGNone    = "none"
+	MIGDynamic = "dynamic"
+)
 
 // Defaults for a node group.
 const (
@@ -140,6 +149,9 @@ func (c *Cluster) validate() field.ErrorList {
 			if _, err := resource.ParseQuantity(q); err != nil {
 				errs = append(errs, field.Invalid(p.Child(name), q, err.Error()))
 			}
+		}
+		if g.MIG != "" && g.MIG != MIGNone && g.MIG != MIGDynamic {
+			errs = append(errs, field.NotSupported(p.Child("mig"), g.MIG, []string{MIGNone, MIGDynamic}))
 		}
 		if g.Pods < 0 {
 			errs = append(errs, field.Invalid(p.Child("pods"), g.Pods, "must not be negative"))

@@ -26,6 +26,8 @@ type NodeHardware struct {
 	MPS *nvmlmock.MPS
 	// BootID is the node's current boot id.
 	BootID string
+	// DynamicMIG publishes MIG placements on the node.
+	DynamicMIG bool
 }
 
 // Health monitoring periods of simulated NVIDIA nodes: shorter than on a
@@ -47,7 +49,7 @@ func (c *Cluster) NodeSpecs() ([]node.Spec, error) {
 				Capacity: g.Capacity(),
 			}
 			if g.Hardware != "" {
-				if err := withHardware(&spec, g.Hardware); err != nil {
+				if err := withHardware(&spec, g.Hardware, g.MIG == MIGDynamic); err != nil {
 					return nil, err
 				}
 			}
@@ -59,14 +61,15 @@ func (c *Cluster) NodeSpecs() ([]node.Spec, error) {
 
 // withHardware attaches a hardware preset: the fake sysfs/procfs written
 // before plugins start, and the kubelet plugins of the devices it has.
-func withHardware(spec *node.Spec, preset string) error {
+func withHardware(spec *node.Spec, preset string, dynamicMIG bool) error {
 	m, err := hardware.Lookup(preset)
 	if err != nil {
 		return err
 	}
 	hw := &NodeHardware{
-		Machine: m,
-		BootID:  uuid.NewSHA1(uuid.NameSpaceOID, []byte("boot/"+spec.Name)).String(),
+		Machine:    m,
+		DynamicMIG: dynamicMIG,
+		BootID:     uuid.NewSHA1(uuid.NameSpaceOID, []byte("boot/"+spec.Name)).String(),
 	}
 	if len(m.GPUs()) > 0 {
 		if hw.NVML, err = nvmlmock.New(m, spec.Name); err != nil {
@@ -92,6 +95,7 @@ func (hw *NodeHardware) startNVIDIA(ctx context.Context, env node.PluginEnv) (no
 		FabricPartitionsFile: filepath.Join(env.Root, hardware.FabricPartitionsFile),
 		HAMiCoreLibrary:      filepath.Join(env.Root, "usr/local/vgpu/libvgpu.so"),
 		MPS:                  hw.MPS,
+		DynamicMIG:           hw.DynamicMIG,
 		HealthInterval:       HealthInterval,
 		XIDHoldDown:          XIDHoldDown,
 	})

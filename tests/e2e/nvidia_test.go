@@ -27,6 +27,17 @@ nodeGroups:
 - name: a100
   count: 1
   hardware: nvidia-dgx-a100
+  mig: dynamic
+`
+
+const oneH100MIGNode = `
+apiVersion: sim.strata.sh/v1alpha1
+kind: Cluster
+nodeGroups:
+- name: h100
+  count: 1
+  hardware: nvidia-dgx-h100
+  mig: dynamic
 `
 
 // pinnedGPU creates a pod whose claim asks for the whole GPU with a UUID.
@@ -97,8 +108,8 @@ func TestSharedGPUExample(t *testing.T) {
 	a := e.waitRunning("default", "shared-a")
 	b := e.waitRunning("default", "shared-b")
 	devA, devB := e.claimResults(a, "gpu")[0], e.claimResults(b, "gpu")[0]
-	if devA.Device != devB.Device || !strings.HasSuffix(devA.Device, "-shared") {
-		t.Fatalf("shared pods got %s and %s, want the same shared device", devA.Device, devB.Device)
+	if devA.Device != devB.Device || !strings.HasPrefix(devA.Device, "gpu-") {
+		t.Fatalf("shared pods got %s and %s, want the same GPU", devA.Device, devB.Device)
 	}
 	if devA.ShareID == nil || devB.ShareID == nil || *devA.ShareID == *devB.ShareID {
 		t.Errorf("share IDs %v and %v, want two distinct shares", devA.ShareID, devB.ShareID)
@@ -118,7 +129,7 @@ func TestSharedGPUExample(t *testing.T) {
 	}
 
 	var minor int
-	fmt.Sscanf(devA.Device, "gpu-%d-shared", &minor)
+	fmt.Sscanf(devA.Device, "gpu-%d", &minor)
 	sharedUUID := e.hardware(nodeName).NVML.Device(minor).UUID
 	e.pinnedGPU("whole-shared-gpu", sharedUUID)
 	e.waitUnschedulable("default", "whole-shared-gpu")
@@ -209,7 +220,7 @@ func TestSameNUMAAndExtendedResourceExamples(t *testing.T) {
 // TestBadOpaqueConfigFailsPrepareCleanly: bad configs are reported on the
 // pod with the field they got wrong, and leave nothing prepared.
 func TestBadOpaqueConfigFailsPrepareCleanly(t *testing.T) {
-	e := startCluster(t, oneH100Node)
+	e := startCluster(t, oneH100MIGNode)
 	const nodeName = "h100-0"
 	raw := func(s string) runtime.RawExtension { return runtime.RawExtension{Raw: []byte(s)} }
 	shared := func() *testutil.ClaimSpecWrapper {
@@ -229,7 +240,7 @@ func TestBadOpaqueConfigFailsPrepareCleanly(t *testing.T) {
 			raw(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"HAMiCore","hamiCore":{"coreLimit":150}}}`))},
 		{"memory-above-device", `sharing.hamiCore.memoryLimit: Invalid value: "100Gi": exceeds the memory of device`, shared().Config(nvidia.DriverName,
 			raw(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"HAMiCore","hamiCore":{"memoryLimit":"100Gi"}}}`))},
-		{"sharing-on-mig", "sharing: only shared GPUs", testutil.MakeClaimSpec().
+		{"sharing-on-mig", "sharing: only GPUs take a sharing configuration", testutil.MakeClaimSpec().
 			Request("mig", "nvidia-mig.strata.sh", 1, `device.attributes["nvidia.strata.sh"].profile == "1g.10gb"`).
 			Config(nvidia.DriverName, raw(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS"}}`))},
 	}
@@ -262,12 +273,12 @@ func TestBadOpaqueConfigFailsPrepareCleanly(t *testing.T) {
 // uncorrectable ECC errors is tainted with all its partitions, pods
 // pinned to it wait, and the taint goes when the condition does.
 func TestHealthTaintsFollowTheGPU(t *testing.T) {
-	e := startCluster(t, oneH100Node)
+	e := startCluster(t, oneH100MIGNode)
 	const nodeName = "h100-0"
 	hw := e.hardware(nodeName)
 	taintsOf := func(prefix string) map[string][]resourceapi.DeviceTaint {
 		out := map[string][]resourceapi.DeviceTaint{}
-		for _, typ := range []string{"gpu", "shared", "mig"} {
+		for _, typ := range []string{"gpu", "mig"} {
 			for name, d := range e.devicesOf(nodeName, nvidia.DriverName, typ) {
 				if strings.HasPrefix(name, prefix) && len(d.Taints) > 0 {
 					out[name] = d.Taints
@@ -283,7 +294,7 @@ func TestHealthTaintsFollowTheGPU(t *testing.T) {
 	hw.NVML.SetLost(3, true)
 	e.eventually(30*time.Second, "gpu-3 and its partitions tainted gpu-lost", func(context.Context) (bool, error) {
 		tainted := taintsOf("gpu-3")
-		if len(tainted) != 30 { // whole + shared + 28 MIG placements
+		if len(tainted) != 29 { // the GPU and its 28 MIG placements
 			return false, nil
 		}
 		for _, ts := range tainted {
