@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -136,7 +137,11 @@ func (s *Sim) Apply(ctx context.Context, objs []apply.Object) error {
 
 // Report collects the current state.
 func (s *Sim) Report(ctx context.Context) (*report.Report, error) {
-	return report.Collect(ctx, s.ControlPlane.Client, s.Cluster.Name, s.Nodes.Containers)
+	dyn, err := dynamic.NewForConfig(s.ControlPlane.Config)
+	if err != nil {
+		return nil, err
+	}
+	return report.Collect(ctx, s.ControlPlane.Client, dyn, s.Cluster.Name, s.Nodes.Containers)
 }
 
 // startController runs strata-controller against the control plane.

@@ -10,8 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/strata-sh/strata/sim/node"
@@ -32,6 +34,7 @@ type Report struct {
 	Nodes      []Node  `json:"nodes"`
 	Pods       []Pod   `json:"pods"`
 	Claims     []Claim `json:"claims"`
+	Gangs      []Gang  `json:"gangs,omitempty"`
 }
 
 // Summary counts what the rest of the report lists.
@@ -111,7 +114,7 @@ type Claim struct {
 type Containers func(types.UID) map[string]node.Container
 
 // Collect reads the cluster state through the API.
-func Collect(ctx context.Context, client kubernetes.Interface, cluster string, containers Containers) (*Report, error) {
+func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, cluster string, containers Containers) (*Report, error) {
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
@@ -134,12 +137,13 @@ func Collect(ctx context.Context, client kubernetes.Interface, cluster string, c
 	}
 
 	r := &Report{APIVersion: APIVersion, Kind: Kind, Cluster: cluster}
+	full := fullCapacities(slices.Items)
 	claimByKey := map[string]*resourceapi.ResourceClaim{}
 	allocatedOnNode := map[string]int{}
 	for i := range claims.Items {
 		c := &claims.Items[i]
 		claimByKey[c.Namespace+"/"+c.Name] = c
-		r.Claims = append(r.Claims, claimReport(c))
+		r.Claims = append(r.Claims, claimReport(c, full))
 		if c.Status.Allocation != nil {
 			r.Summary.AllocatedClaims++
 			for _, res := range c.Status.Allocation.Devices.Results {
@@ -162,7 +166,7 @@ func Collect(ctx context.Context, client kubernetes.Interface, cluster string, c
 	r.Summary.Nodes = len(nodes.Items)
 	warnings := lastWarnings(events.Items)
 	for i := range pods.Items {
-		p := podReport(&pods.Items[i], claimByKey, warnings, containers)
+		p := podReport(&pods.Items[i], claimByKey, full, warnings, containers)
 		r.Pods = append(r.Pods, p)
 		r.Summary.Pods++
 		switch corev1.PodPhase(p.Phase) {
@@ -174,6 +178,11 @@ func Collect(ctx context.Context, client kubernetes.Interface, cluster string, c
 			r.Summary.Failed++
 		default:
 			r.Summary.Pending++
+		}
+	}
+	if dyn != nil {
+		if r.Gangs, err = collectGangs(ctx, dyn, pods.Items, nodes.Items); err != nil {
+			return nil, err
 		}
 	}
 	sort.Slice(r.Nodes, func(i, j int) bool { return r.Nodes[i].Name < r.Nodes[j].Name })
@@ -188,23 +197,55 @@ func Collect(ctx context.Context, client kubernetes.Interface, cluster string, c
 
 func key(ns, name string) string { return ns + "/" + name }
 
-func claimReport(c *resourceapi.ResourceClaim) Claim {
+func claimReport(c *resourceapi.ResourceClaim, full capacities) Claim {
 	out := Claim{Namespace: c.Namespace, Name: c.Name, Allocated: c.Status.Allocation != nil}
 	for _, ref := range c.Status.ReservedFor {
 		out.ReservedFor = append(out.ReservedFor, ref.Resource+"/"+ref.Name)
 	}
-	out.Devices = devices(c)
+	out.Devices = devices(c, full)
 	return out
 }
 
-func devices(c *resourceapi.ResourceClaim) []Device {
+// capacities maps driver/pool/device to the device's capacity.
+type capacities map[string]map[resourceapi.QualifiedName]resource.Quantity
+
+func fullCapacities(slices []resourceapi.ResourceSlice) capacities {
+	out := capacities{}
+	for _, s := range slices {
+		for _, d := range s.Spec.Devices {
+			if len(d.Capacity) == 0 {
+				continue
+			}
+			m := map[resourceapi.QualifiedName]resource.Quantity{}
+			for name, c := range d.Capacity {
+				m[name] = c.Value
+			}
+			out[s.Spec.Driver+"/"+s.Spec.Pool.Name+"/"+d.Name] = m
+		}
+	}
+	return out
+}
+
+// devices lists a claim's allocated devices; consumed capacity is shown
+// only for a share, not when the claim took all of the device.
+func devices(c *resourceapi.ResourceClaim, full capacities) []Device {
 	if c == nil || c.Status.Allocation == nil {
 		return nil
 	}
 	var out []Device
 	for _, res := range c.Status.Allocation.Devices.Results {
 		d := Device{Request: res.Request, Driver: res.Driver, Pool: res.Pool, Device: res.Device}
+		total := full[res.Driver+"/"+res.Pool+"/"+res.Device]
+		partial := false
 		for name, q := range res.ConsumedCapacity {
+			if t, ok := total[name]; !ok || q.Cmp(t) < 0 {
+				partial = true
+			}
+		}
+		for name, q := range res.ConsumedCapacity {
+			if !partial {
+				break
+			}
 			if d.Consumed == nil {
 				d.Consumed = map[string]string{}
 			}
@@ -215,7 +256,7 @@ func devices(c *resourceapi.ResourceClaim) []Device {
 	return out
 }
 
-func podReport(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim, warnings map[types.UID]corev1.Event, containers Containers) Pod {
+func podReport(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim, full capacities, warnings map[types.UID]corev1.Event, containers Containers) Pod {
 	p := Pod{
 		Namespace:     pod.Namespace,
 		Name:          pod.Name,
@@ -234,13 +275,13 @@ func podReport(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim, wa
 			}
 		}
 		if entry.ResourceClaim != "" {
-			entry.Devices = devices(claims[pod.Namespace+"/"+entry.ResourceClaim])
+			entry.Devices = devices(claims[pod.Namespace+"/"+entry.ResourceClaim], full)
 		}
 		p.Claims = append(p.Claims, entry)
 	}
 	if ext := pod.Status.ExtendedResourceClaimStatus; ext != nil {
 		p.Claims = append(p.Claims, PodClaim{Name: ExtendedResourcesClaim, ResourceClaim: ext.ResourceClaimName,
-			Devices: devices(claims[pod.Namespace+"/"+ext.ResourceClaimName])})
+			Devices: devices(claims[pod.Namespace+"/"+ext.ResourceClaimName], full)})
 	}
 	if pod.Status.Phase == corev1.PodRunning {
 		if containers != nil {

@@ -48,6 +48,22 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return err
 	}
 
+	if len(r.Gangs) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "GANG\tMIN\tRUNNING\tPLACED IN")
+		for _, g := range r.Gangs {
+			placed := strings.Join(g.Domains, ", ")
+			if placed == "" {
+				placed = "-"
+			}
+			fmt.Fprintf(tw, "%s/%s\t%d\t%d/%d\t%s\n", g.Namespace, g.Name, g.MinMember, g.Running, g.Pods, placed)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
 	var pending []Pod
 	for _, p := range r.Pods {
 		if p.Reason != "" {
@@ -58,6 +74,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "\nNot running:")
 		for _, p := range pending {
 			fmt.Fprintf(w, "  %s/%s: %s: %s\n", p.Namespace, p.Name, p.Reason, oneLine(p.Message))
+		}
+	}
+	for _, g := range r.Gangs {
+		if g.Message != "" {
+			fmt.Fprintf(w, "  gang %s/%s: %s\n", g.Namespace, g.Name, oneLine(g.Message))
 		}
 	}
 	return nil

@@ -232,7 +232,7 @@ func TestDemo(t *testing.T) {
 	var out bytes.Buffer
 	err := sim.Run(context.Background(), sim.RunOptions{
 		ClusterFile: dir + "/cluster.yaml",
-		Manifests:   []string{dir, examplesDir + "/nvidia"},
+		Manifests:   []string{dir, examplesDir + "/nvidia", examplesDir + "/gang"},
 		Once:        true,
 		Format:      sim.FormatJSON,
 		Timeout:     time.Minute,
@@ -262,6 +262,12 @@ func TestDemo(t *testing.T) {
 		"numa-pair":      {"dgx-", 2},
 		"legacy-gpu-pod": {"dgx-", 1},
 	}
+	for i := 0; i < 8; i++ {
+		want[fmt.Sprintf("training-job-worker-%d", i)] = struct {
+			nodePrefix string
+			devices    int
+		}{"dgx-h100-", 2}
+	}
 	if len(r.Pods) != len(want) {
 		t.Errorf("report has %d pods, want %d", len(r.Pods), len(want))
 	}
@@ -286,6 +292,10 @@ func TestDemo(t *testing.T) {
 		if got != w.devices {
 			t.Errorf("pod %s has %d devices, want %d", p.Name, got, w.devices)
 		}
+	}
+	// The gang runs whole inside one block.
+	if len(r.Gangs) != 1 || r.Gangs[0].Running != 8 || len(r.Gangs[0].Domains) != 2 || strings.Contains(r.Gangs[0].Domains[1], "+") {
+		t.Errorf("gangs in the report: %+v, want training-job running 8 pods in one block", r.Gangs)
 	}
 }
 
