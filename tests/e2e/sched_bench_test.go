@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
+	"github.com/strata-sh/strata/controller"
+	"github.com/strata-sh/strata/drivers/nvidia"
+	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/hardware/nvmlmock"
+	"github.com/strata-sh/strata/internal/testutil"
+	"github.com/strata-sh/strata/scheduler-plugins/config"
+	"github.com/strata-sh/strata/sim"
+	"github.com/strata-sh/strata/sim/apply"
+	"github.com/strata-sh/strata/sim/cluster"
+)
+
+// BenchmarkGangScheduling measures whole-scheduler throughput on the
+// in-process control plane: 16 gangs of 8 pods, each asking for all 8 GPUs of
+// a node through a DRA claim, on STRATA_BENCH_NODES (default 1,024) DGX
+// H100 nodes in blocks of 32 under spines of 8 blocks. "plain" runs the
+// same pods through the stock 1.36 profile (no gang, no topology);
+// "strata" through strata-scheduler with a PreferGather block rule. The
+// nodes' ResourceSlices are published as the NVIDIA plugin lays them out,
+// without running the plugins: the measurement is the scheduler's.
+func BenchmarkGangScheduling(b *testing.B) {
+	nodes := 1024
+	if v, err := strconv.Atoi(os.Getenv("STRATA_BENCH_NODES")); err == nil {
+		nodes = v
+	}
+	// Each gang takes 8 whole nodes; at most an eighth of the cluster is
+	// in use, so every gang finds room.
+	const gangSize = 8
+	gangs := max(1, min(16, nodes/64))
+	ctx := context.Background()
+	s, err := sim.Start(ctx, sim.Config{Cluster: &cluster.Cluster{APIVersion: cluster.APIVersion, Kind: cluster.Kind,
+		NodeGroups: []cluster.NodeGroup{{Name: "placeholder", Count: 1, CPU: "1", Memory: "1Gi", Pods: 1}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Stop()
+	cs := s.ControlPlane.Client
+	publishBenchNodes(b, ctx, cs, nodes)
+	objs, err := apply.ReadPaths([]string{examplesDir + "/gang/topology.yaml"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Apply(ctx, objs); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx,
+		testutil.MakeClaimSpec().Request("gpus", gpuClass, 8).Template("default", "node-gpus"), metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	cr := benchClient(b, s.ControlPlane.Config)
+	runs := 0
+
+	for _, mode := range []string{"plain", "strata"} {
+		b.Run(fmt.Sprintf("mode=%s/nodes=%d/gangs=%dx%d", mode, nodes, gangs, gangSize), func(b *testing.B) {
+			var total time.Duration
+			for i := 0; i < b.N; i++ {
+				runs++
+				prefix := fmt.Sprintf("%s-%d", mode, runs)
+				start := time.Now()
+				createBenchGangs(b, ctx, cs, cr, mode, prefix, gangs, gangSize)
+				waitBound(b, ctx, cs, prefix, gangs*gangSize)
+				total += time.Since(start)
+				b.StopTimer()
+				deleteBenchPods(b, ctx, cs, prefix)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(gangs*b.N)/total.Seconds(), "gangs/s")
+			b.ReportMetric(float64(gangs*gangSize*b.N)/total.Seconds(), "pods/s")
+		})
+	}
+}
+
+func benchClient(b *testing.B, cfg *rest.Config) client.Client {
+	scheme, err := controller.Scheme()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// publishBenchNodes creates ready nodes and their NVIDIA slices.
+func publishBenchNodes(b *testing.B, ctx context.Context, cs kubernetes.Interface, n int) {
+	root := b.TempDir()
+	m := hardware.DGXH100()
+	if err := hardware.WriteNode(root, m, "boot"); err != nil {
+		b.Fatal(err)
+	}
+	srv, err := nvmlmock.New(m, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	backend, err := nvidia.New(nvidia.Config{NVML: srv, SysfsRoot: filepath.Join(root, "sys"), ProcRoot: filepath.Join(root, "proc"),
+		FabricPartitionsFile: filepath.Join(root, hardware.FabricPartitionsFile)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	inv, err := backend.Discover(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("bench-%04d", i)
+		block := i / 32
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"kubernetes.io/hostname":            name,
+			"network.topology.nvidia.com/spine": fmt.Sprintf("spine-%d", block/8),
+			"network.topology.nvidia.com/block": fmt.Sprintf("block-%d", block),
+		}}}
+		created, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("224"), corev1.ResourceMemory: resource.MustParse("2Ti"), corev1.ResourcePods: resource.MustParse("110")}
+		created.Status = corev1.NodeStatus{Capacity: capacity, Allocatable: capacity,
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}
+		if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		slices, err := plugin.ResourceSlices(nvidia.DriverName, name, inv)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, sl := range slices {
+			if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, sl, metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+func createBenchGangs(b *testing.B, ctx context.Context, cs kubernetes.Interface, cr client.Client, mode, prefix string, gangs, size int) {
+	for g := 0; g < gangs; g++ {
+		name := fmt.Sprintf("%s-g%d", prefix, g)
+		if mode == "strata" {
+			pg := &schedulingv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default",
+				Annotations: map[string]string{"scheduling.strata.sh/network-topology-spec": `{"gatherStrategy":[{"layer":"BlockLayer","strategy":"PreferGather"}]}`}},
+				Spec: schedulingv1alpha1.PodGroupSpec{MinMember: int32(size)}}
+			if err := cr.Create(ctx, pg); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := 0; i < size; i++ {
+			w := testutil.MakePod(fmt.Sprintf("%s-%d", name, i)).Label("bench", prefix).Req("8", "32Gi").ClaimTemplate("gpus", "node-gpus")
+			if mode == "strata" {
+				w = w.Scheduler(config.ProfileName).Label(schedulingv1alpha1.PodGroupLabel, name)
+			}
+			if _, err := cs.CoreV1().Pods("default").Create(ctx, w.Obj(), metav1.CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+func waitBound(b *testing.B, ctx context.Context, cs kubernetes.Interface, prefix string, want int) {
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "bench=" + prefix})
+		if err != nil {
+			return false, err
+		}
+		bound := 0
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		return bound == want, nil
+	})
+	if err != nil {
+		b.Fatalf("pods of %s not bound: %v", prefix, err)
+	}
+}
+
+func deleteBenchPods(b *testing.B, ctx context.Context, cs kubernetes.Interface, prefix string) {
+	zero := int64(0)
+	if err := cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{LabelSelector: "bench=" + prefix}); err != nil {
+		b.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		claims, err := cs.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{})
+		return err == nil && len(claims.Items) == 0, err
+	})
+	if err != nil {
+		b.Fatalf("claims of %s not released: %v", prefix, err)
+	}
+}
