@@ -10,15 +10,19 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/dynamic"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	schedulinglisters "k8s.io/client-go/listers/scheduling/v1alpha2"
 	"k8s.io/client-go/tools/cache"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
 	"github.com/strata-sh/strata/scheduler-plugins/topology"
@@ -41,6 +45,9 @@ type Plugin struct {
 	src      *sources
 	capacity *capacityEstimator
 	status   *statusWriter
+	// upstream lists scheduling.k8s.io/v1alpha2 PodGroups; nil when the
+	// cluster does not serve them.
+	upstream schedulinglisters.PodGroupLister
 
 	mu    sync.Mutex
 	plans map[string]*plan
@@ -111,6 +118,9 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		plans:     map[string]*plan{},
 		satisfied: map[string]bool{},
 	}
+	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+		p.upstream = h.SharedInformerFactory().Scheduling().V1alpha2().PodGroups().Lister()
+	}
 	p.status = newStatusWriter(ctx, p.src, h.EventRecorder())
 	cores.Store(h.SharedInformerFactory(), p)
 	go func() {
@@ -133,6 +143,7 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 		{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Add | fwk.Update | fwk.Delete}},
 		{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update}},
 		{Event: fwk.ClusterEvent{Resource: podGroupEvents, ActionType: fwk.Add | fwk.Update}},
+		{Event: fwk.ClusterEvent{Resource: fwk.PodGroup, ActionType: fwk.Add | fwk.Update}},
 		{Event: fwk.ClusterEvent{Resource: topologyEvents, ActionType: fwk.Add | fwk.Update}},
 	}, nil
 }
@@ -153,6 +164,9 @@ func (p *Plugin) specByKey(key string, member *corev1.Pod) *gangSpec {
 	if pg := p.src.podGroup(ns, name); pg != nil {
 		return specFromPodGroup(pg)
 	}
+	if pg := p.upstreamPodGroup(ns, name); pg != nil {
+		return specFromUpstream(pg)
+	}
 	if member == nil {
 		if objs, _ := p.podIndex.ByIndex(gangIndex, key); len(objs) > 0 {
 			member = objs[0].(*corev1.Pod)
@@ -165,6 +179,19 @@ func (p *Plugin) specByKey(key string, member *corev1.Pod) *gangSpec {
 	}
 	return &gangSpec{key: key, minMember: 1, group: []string{key},
 		err: fmt.Errorf("PodGroup %s not found (pods name it with label %s)", key, schedulingv1alpha1.PodGroupLabel)}
+}
+
+// upstreamPodGroup returns a scheduling.k8s.io/v1alpha2 PodGroup when the
+// cluster serves that API (GenericWorkload gate), else nil.
+func (p *Plugin) upstreamPodGroup(namespace, name string) *schedulingv1alpha2.PodGroup {
+	if p.upstream == nil {
+		return nil
+	}
+	pg, err := p.upstream.PodGroups(namespace).Get(name)
+	if err != nil {
+		return nil
+	}
+	return pg
 }
 
 // members returns the live pods of a gang.
@@ -223,7 +250,7 @@ func (p *Plugin) sortKey(q fwk.QueuedPodInfo) (time.Time, string) {
 // active queue until every gang of its group has minMember pods.
 func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
 	g := p.gangOf(pod)
-	if g == nil {
+	if g == nil || g.upstream {
 		return nil
 	}
 	if g.err != nil {
@@ -292,11 +319,15 @@ func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, 
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %v", g.key, err))
 	}
-	tree, err := p.tree(nodes)
+	tree, err := p.tree(nodes, g.labelKey)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	res, err := topology.Place(tree, topology.Request{Pods: pending, Capacity: capacity, Placed: placed, Rules: g.rules})
+	rules := g.rules
+	if g.labelKey != "" {
+		rules = append(append([]topology.Rule(nil), rules...), topology.Rule{Layer: layerFor(tree, g.labelKey), Strategy: topology.MustGather})
+	}
+	res, err := topology.Place(tree, topology.Request{Pods: pending, Capacity: capacity, Placed: placed, Rules: rules})
 	if err != nil {
 		msg := fmt.Sprintf("gang %s: %v", g.key, err)
 		if shortfall != "" {
@@ -320,14 +351,19 @@ func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, 
 }
 
 // tree builds the network tree of the candidate nodes from the
-// ClusterNetworkTopology; without one the cluster is flat.
-func (p *Plugin) tree(nodes []fwk.NodeInfo) (*topology.Tree, error) {
+// ClusterNetworkTopology; without one the cluster is flat. A label key
+// that no layer reads (an upstream PodGroup's topology constraint) becomes
+// a layer of its own.
+func (p *Plugin) tree(nodes []fwk.NodeInfo, labelKey string) (*topology.Tree, error) {
 	var layers []topology.Layer
 	if t := p.src.topology(); t != nil {
 		var err error
 		if layers, err = topology.Layers(t.Spec); err != nil {
 			return nil, fmt.Errorf("ClusterNetworkTopology %s: %w", t.Name, err)
 		}
+	}
+	if labelKey != "" && layerWithKey(layers, labelKey) == "" {
+		layers = []topology.Layer{{Name: labelKey, LabelKeys: []string{labelKey}}}
 	}
 	in := make([]topology.Node, 0, len(nodes))
 	for _, ni := range nodes {
@@ -336,6 +372,22 @@ func (p *Plugin) tree(nodes []fwk.NodeInfo) (*topology.Tree, error) {
 		}
 	}
 	return topology.Build(layers, in), nil
+}
+
+func layerWithKey(layers []topology.Layer, key string) string {
+	for _, l := range layers {
+		for _, k := range l.LabelKeys {
+			if k == key {
+				return l.Name
+			}
+		}
+	}
+	return ""
+}
+
+// layerFor names the tree layer that reads a label key.
+func layerFor(t *topology.Tree, key string) string {
+	return layerWithKey(t.Layers, key)
 }
 
 // Filter implements fwk.FilterPlugin: a gang member goes only where its
@@ -419,7 +471,7 @@ func (p *Plugin) releaseGroup(g *gangSpec, why string) {
 // its group has minMember members placed, then all are let go at once.
 func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, node string) (*fwk.Status, time.Duration) {
 	g := p.gangOf(pod)
-	if g == nil {
+	if g == nil || g.upstream {
 		return nil, 0
 	}
 	p.mu.Lock()

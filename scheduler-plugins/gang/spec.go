@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
 	"github.com/strata-sh/strata/internal/decode"
 	"github.com/strata-sh/strata/scheduler-plugins/topology"
@@ -112,17 +114,30 @@ type gangSpec struct {
 	group       []string
 	matchPolicy string
 	created     metav1.Time
-	// podGroup is the PodGroup object, nil for a gang defined on pods.
+	// podGroup is the PodGroup object, nil for a gang defined on pods or
+	// by the upstream workload API.
 	podGroup *schedulingv1alpha1.PodGroup
+	// labelKey, from an upstream PodGroup's topology constraint, requires
+	// all members in one domain of a node label.
+	labelKey string
+	// upstream is set for scheduling.k8s.io/v1alpha2 PodGroups: the
+	// scheduler schedules them as a group in one cycle and its own
+	// GangScheduling plugin counts the quorum; Strata places them.
+	upstream bool
 	// err makes every member unschedulable with a message that names the
 	// bad field.
 	err error
 }
 
-// gangKeyOf returns the gang a pod belongs to, or "".
+// gangKeyOf returns the gang a pod belongs to, or "". Pods join a gang
+// through the community PodGroup label, the upstream workload API
+// (spec.schedulingGroup.podGroupName) or Koordinator's name annotation.
 func gangKeyOf(pod *corev1.Pod) string {
 	if name := pod.Labels[schedulingv1alpha1.PodGroupLabel]; name != "" {
 		return pod.Namespace + "/" + name
+	}
+	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil && *g.PodGroupName != "" {
+		return pod.Namespace + "/" + *g.PodGroupName
 	}
 	if name, _, ok := annotation(pod.Annotations, KeyName); ok && name != "" {
 		return pod.Namespace + "/" + name
@@ -210,4 +225,27 @@ func (g *gangSpec) fill(namespace string, ann map[string]string) {
 		}
 	}
 	sortStrings(g.group)
+}
+
+// specFromUpstream reads a gang from an upstream PodGroup
+// (scheduling.k8s.io/v1alpha2): minCount from the gang policy, and the
+// topology constraint's label key as a MustGather rule.
+func specFromUpstream(pg *schedulingv1alpha2.PodGroup) *gangSpec {
+	g := &gangSpec{
+		key:         pg.Namespace + "/" + pg.Name,
+		minMember:   1,
+		timeout:     DefaultScheduleTimeout,
+		created:     pg.CreationTimestamp,
+		matchPolicy: MatchWaitingAndRunning,
+		upstream:    true,
+	}
+	if gang := pg.Spec.SchedulingPolicy.Gang; gang != nil && gang.MinCount > 0 {
+		g.minMember = int(gang.MinCount)
+	}
+	if c := pg.Spec.SchedulingConstraints; c != nil && len(c.Topology) > 0 {
+		g.labelKey = c.Topology[0].Key
+	}
+	// Strata's annotations work on upstream PodGroups too.
+	g.fill(pg.Namespace, pg.Annotations)
+	return g
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/strata-sh/strata/sim"
 	"github.com/strata-sh/strata/sim/apply"
 	"github.com/strata-sh/strata/sim/cluster"
+	"github.com/strata-sh/strata/sim/controlplane"
 	"github.com/strata-sh/strata/sim/node"
 )
 
@@ -37,12 +38,19 @@ type env struct {
 // stops it when the test ends.
 func startCluster(t *testing.T, clusterYAML string) *env {
 	t.Helper()
+	return startClusterWith(t, clusterYAML, controlplane.Options{})
+}
+
+// startClusterWith is startCluster with control plane options (feature
+// gates, API groups).
+func startClusterWith(t *testing.T, clusterYAML string, cp controlplane.Options) *env {
+	t.Helper()
 	c, err := cluster.Parse([]byte(clusterYAML))
 	if err != nil {
 		t.Fatalf("cluster file: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := sim.Start(ctx, sim.Config{Cluster: c})
+	s, err := sim.Start(ctx, sim.Config{Cluster: c, ControlPlane: cp})
 	if err != nil {
 		cancel()
 		t.Fatalf("start simulated cluster: %v", err)
