@@ -62,9 +62,17 @@ type limit struct {
 	reason string
 }
 
+// adjustment simulates evictions: resources and pod slots handed back per
+// node, and the allocated devices left once the victims' claims are gone.
+type adjustment struct {
+	freed     map[string]corev1.ResourceList
+	freedPods map[string]int
+	allocated *structured.AllocatedState
+}
+
 // capacities returns, for every node, how many of up to want members fit,
-// and a summary of why nodes fell short.
-func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, want int, nodes []fwk.NodeInfo) (map[string]int, string, error) {
+// and a summary of why nodes fell short. adj, if set, simulates evictions.
+func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, want int, nodes []fwk.NodeInfo, adj *adjustment) (map[string]int, string, error) {
 	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 	claims, err := e.memberClaims(pod)
@@ -73,14 +81,18 @@ func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, wan
 	}
 	var dra *draCapacity
 	if len(claims) > 0 {
-		if dra, err = e.newDRACapacity(ctx, claims, want); err != nil {
+		var allocated *structured.AllocatedState
+		if adj != nil {
+			allocated = adj.allocated
+		}
+		if dra, err = e.newDRACapacity(ctx, claims, want, allocated); err != nil {
 			return nil, "", err
 		}
 	}
 	out := make(map[string]int, len(nodes))
 	reasons := map[string]int{}
 	for _, ni := range nodes {
-		l := nodeLimit(ctx, pod, requests, affinity, ni, want)
+		l := nodeLimit(ctx, pod, requests, affinity, ni, want, adj)
 		if dra != nil && l.count > 0 {
 			d, err := dra.forNode(ctx, ni.Node(), l.count)
 			if err != nil {
@@ -99,7 +111,7 @@ func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, wan
 }
 
 // nodeLimit counts members by everything but DRA.
-func nodeLimit(ctx context.Context, pod *corev1.Pod, requests corev1.ResourceList, affinity nodeaffinity.RequiredNodeAffinity, ni fwk.NodeInfo, want int) limit {
+func nodeLimit(ctx context.Context, pod *corev1.Pod, requests corev1.ResourceList, affinity nodeaffinity.RequiredNodeAffinity, ni fwk.NodeInfo, want int, adj *adjustment) limit {
 	node := ni.Node()
 	if node == nil || node.Spec.Unschedulable {
 		return limit{reason: "unschedulable nodes"}
@@ -114,7 +126,12 @@ func nodeLimit(ctx context.Context, pod *corev1.Pod, requests corev1.ResourceLis
 	}
 	n := want
 	alloc, used := ni.GetAllocatable(), ni.GetRequested()
-	if free := alloc.GetAllowedPodNumber() - len(ni.GetPods()); free < n {
+	var freed corev1.ResourceList
+	freedPods := 0
+	if adj != nil {
+		freed, freedPods = adj.freed[node.Name], adj.freedPods[node.Name]
+	}
+	if free := alloc.GetAllowedPodNumber() - len(ni.GetPods()) + freedPods; free < n {
 		n = max(free, 0)
 		if n < want {
 			return limit{count: n, reason: "pod slots"}
@@ -135,6 +152,13 @@ func nodeLimit(ctx context.Context, pod *corev1.Pod, requests corev1.ResourceLis
 		}
 		if need <= 0 {
 			continue
+		}
+		if q, ok := freed[name]; ok {
+			if name == corev1.ResourceCPU {
+				have += q.MilliValue()
+			} else {
+				have += q.Value()
+			}
 		}
 		if fit := int(max(have, 0) / need); fit < n {
 			n, reason = fit, string(name)
@@ -232,10 +256,12 @@ type draCapacity struct {
 	copies   [][]*resourceapi.ResourceClaim
 }
 
-func (e *capacityEstimator) newDRACapacity(ctx context.Context, claims []*resourceapi.ResourceClaim, want int) (*draCapacity, error) {
-	allocated, err := e.dra.ResourceClaims().GatherAllocatedState()
-	if err != nil {
-		return nil, fmt.Errorf("gather allocated devices: %w", err)
+func (e *capacityEstimator) newDRACapacity(ctx context.Context, claims []*resourceapi.ResourceClaim, want int, allocated *structured.AllocatedState) (*draCapacity, error) {
+	if allocated == nil {
+		var err error
+		if allocated, err = e.dra.ResourceClaims().GatherAllocatedState(); err != nil {
+			return nil, fmt.Errorf("gather allocated devices: %w", err)
+		}
 	}
 	slices, err := e.dra.ResourceSlices().ListWithDeviceTaintRules()
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/dynamic"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1alpha2"
 	"k8s.io/client-go/tools/cache"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -49,8 +50,12 @@ type Plugin struct {
 	// cluster does not serve them.
 	upstream schedulinglisters.PodGroupLister
 
+	pdbLister policylisters.PodDisruptionBudgetLister
+
 	mu    sync.Mutex
 	plans map[string]*plan
+	// nominations are preemptions in flight, by gang.
+	nominations map[string]*nomination
 	// satisfied remembers gangs that reached minMember, for the
 	// once-satisfied match policy.
 	satisfied map[string]bool
@@ -110,13 +115,15 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		return nil, err
 	}
 	p := &Plugin{
-		handle:    h,
-		pods:      informer.Lister(),
-		podIndex:  informer.Informer().GetIndexer(),
-		src:       newSources(ctx, dyn),
-		capacity:  newCapacityEstimator(h.SharedDRAManager()),
-		plans:     map[string]*plan{},
-		satisfied: map[string]bool{},
+		handle:      h,
+		pods:        informer.Lister(),
+		podIndex:    informer.Informer().GetIndexer(),
+		src:         newSources(ctx, dyn),
+		capacity:    newCapacityEstimator(h.SharedDRAManager()),
+		pdbLister:   h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
+		plans:       map[string]*plan{},
+		nominations: map[string]*nomination{},
+		satisfied:   map[string]bool{},
 	}
 	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
 		p.upstream = h.SharedInformerFactory().Scheduling().V1alpha2().PodGroups().Lister()
@@ -275,6 +282,9 @@ func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
 func (p *Plugin) PreFilter(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	g := p.gangOf(pod)
 	if g == nil {
+		if p.hasNominations() {
+			return nil, nil // Filter keeps this pod off room reserved for a gang
+		}
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	if g.err != nil {
@@ -296,9 +306,9 @@ func (p *Plugin) PreFilter(ctx context.Context, _ fwk.CycleState, pod *corev1.Po
 // PreFilterExtensions implements fwk.PreFilterPlugin.
 func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
-// computePlan places the gang's pending members.
-func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, nodes []fwk.NodeInfo) (*plan, *fwk.Status) {
-	logger := klog.FromContext(ctx)
+// pendingAndPlaced counts a gang's members still to place and those
+// already bound or waiting, per node.
+func (p *Plugin) pendingAndPlaced(g *gangSpec) (int, map[string]int) {
 	pending, placed := 0, map[string]int{}
 	for _, m := range p.members(g.key) {
 		if m.Spec.NodeName != "" {
@@ -314,8 +324,22 @@ func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, 
 			}
 		}
 	})
-	pending = max(pending, 1)
-	capacity, shortfall, err := p.capacity.capacities(ctx, pod, pending, nodes)
+	return max(pending, 1), placed
+}
+
+// rulesFor adds an upstream PodGroup's topology key to the gang's rules.
+func (p *Plugin) rulesFor(g *gangSpec, tree *topology.Tree) []topology.Rule {
+	if g.labelKey == "" {
+		return g.rules
+	}
+	return append(append([]topology.Rule(nil), g.rules...), topology.Rule{Layer: layerFor(tree, g.labelKey), Strategy: topology.MustGather})
+}
+
+// computePlan places the gang's pending members.
+func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, nodes []fwk.NodeInfo) (*plan, *fwk.Status) {
+	logger := klog.FromContext(ctx)
+	pending, placed := p.pendingAndPlaced(g)
+	capacity, shortfall, err := p.capacity.capacities(ctx, pod, pending, nodes, nil)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %v", g.key, err))
 	}
@@ -323,11 +347,7 @@ func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, 
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	rules := g.rules
-	if g.labelKey != "" {
-		rules = append(append([]topology.Rule(nil), rules...), topology.Rule{Layer: layerFor(tree, g.labelKey), Strategy: topology.MustGather})
-	}
-	res, err := topology.Place(tree, topology.Request{Pods: pending, Capacity: capacity, Placed: placed, Rules: rules})
+	res, err := topology.Place(tree, topology.Request{Pods: pending, Capacity: capacity, Placed: placed, Rules: p.rulesFor(g, tree)})
 	if err != nil {
 		msg := fmt.Sprintf("gang %s: %v", g.key, err)
 		if shortfall != "" {
@@ -391,9 +411,16 @@ func layerFor(t *topology.Tree, key string) string {
 }
 
 // Filter implements fwk.FilterPlugin: a gang member goes only where its
-// plan has room left.
+// plan has room left; any other pod stays off nodes whose freed room is
+// nominated to a gang of higher priority.
 func (p *Plugin) Filter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
 	key := gangKeyOf(pod)
+	if holder := p.reservedFor(ni.Node().Name, corev1helpers.PodPriority(pod), key); holder != "" {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node's freed room is reserved for gang %s", holder))
+	}
+	if key == "" {
+		return nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pl := p.plans[key]
@@ -406,16 +433,23 @@ func (p *Plugin) Filter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, ni
 	return nil
 }
 
-// PostFilter implements fwk.PostFilterPlugin: when a member cannot go
-// where the plan said, the plan is wrong; it is dropped and the members
-// already waiting are released, so the gang is retried whole.
-func (p *Plugin) PostFilter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+// PostFilter implements fwk.PostFilterPlugin: a gang member that cannot
+// be placed releases its group, and the gang preempts lower-priority jobs
+// as a whole if that makes room for all its members (job-level
+// preemption); otherwise nothing is evicted. Pods that are not in a gang
+// are left to the default preemption.
+func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	g := p.gangOf(pod)
-	if g == nil {
+	if g == nil || g.upstream {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	p.releaseGroup(g, fmt.Sprintf("member %s could not be placed", pod.Name))
-	return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s could not be placed whole", g.key))
+	if g.err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, g.err.Error())
+	}
+	// UnschedulableAndUnresolvable from preempt also keeps the scheduler's
+	// pod-by-pod preemption from evicting for a single member.
+	return p.preempt(ctx, pod, g)
 }
 
 // Reserve implements fwk.ReservePlugin.
@@ -514,6 +548,7 @@ func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 	for _, k := range g.group {
 		p.satisfied[k] = true
 		delete(p.plans, k)
+		delete(p.nominations, k)
 	}
 	p.mu.Unlock()
 	for _, k := range g.group {

@@ -81,3 +81,15 @@ func (w *statusWriter) scheduled(g *gangSpec) {
 	w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: ReasonScheduled, Message: "all members placed"},
 		schedulingv1alpha1.PodGroupScheduled, corev1.EventTypeNormal)
 }
+
+// ReasonPreempted is the event reason of a job-level preemption.
+const ReasonPreempted = "Preempted"
+
+func (w *statusWriter) preempted(g *gangSpec, msg string) {
+	if g == nil || g.podGroup == nil || w.recorder == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{APIVersion: schedulingv1alpha1.GroupVersion.String(), Kind: "PodGroup",
+		Namespace: g.podGroup.Namespace, Name: g.podGroup.Name, UID: g.podGroup.UID}
+	w.recorder.Eventf(ref, nil, corev1.EventTypeNormal, ReasonPreempted, "Preempting", "%s", msg)
+}

@@ -1,0 +1,440 @@
+package gang
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/strata-sh/strata/scheduler-plugins/preemption"
+	"github.com/strata-sh/strata/scheduler-plugins/topology"
+)
+
+// AnnotationPreemptible set to "false" on a pod keeps it from ever being a
+// victim of job-level preemption.
+const AnnotationPreemptible = AnnotationPrefix + "preemptible"
+
+// nominationTTL bounds how long freed room stays reserved for a gang that
+// does not come to use it.
+const nominationTTL = 5 * time.Minute
+
+// nomination is a preemption in flight for one gang.
+type nomination struct {
+	victims  map[types.UID]types.NamespacedName
+	nodes    map[string]int
+	priority int32
+	at       time.Time
+	// spent: the victims are gone but the gang still did not fit.
+	spent bool
+}
+
+// victimUnit is one job that may be evicted.
+type victimUnit struct {
+	preemption.Unit
+	pods []*corev1.Pod
+}
+
+// preempt makes room for a whole gang by evicting lower-priority jobs, or
+// evicts nothing. See README.md.
+func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fwk.PostFilterResult, *fwk.Status) {
+	logger := klog.FromContext(ctx)
+	if pod.Spec.PreemptionPolicy != nil && *pod.Spec.PreemptionPolicy == corev1.PreemptNever {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("gang %s could not be placed whole and its preemptionPolicy is Never", g.key))
+	}
+	if msg := p.earlierPreemptionPending(ctx, g); msg != "" {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+	}
+	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	prio := corev1helpers.PodPriority(pod)
+	pending, placed := p.pendingAndPlaced(g)
+	units := p.victimUnits(nodes, prio)
+	base, err := p.handle.SharedDRAManager().ResourceClaims().GatherAllocatedState()
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	tree, err := p.tree(nodes, g.labelKey)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	rules := p.rulesFor(g, tree)
+	place := func(set []int) (*topology.Plan, error) {
+		capacity, _, err := p.capacity.capacities(ctx, pod, pending, nodes, p.adjustFor(units, set, base))
+		if err != nil {
+			return nil, err
+		}
+		return topology.Place(tree, topology.Request{Pods: pending, Capacity: capacity, Placed: placed, Rules: rules})
+	}
+	plain := make([]preemption.Unit, len(units))
+	for i, u := range units {
+		plain[i] = u.Unit
+	}
+	set, ok, err := preemption.Choose(plain, func(set []int) (bool, error) {
+		_, err := place(set)
+		if _, isFailure := err.(*topology.Failure); isFailure {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	if !ok {
+		msg := fmt.Sprintf("gang %s could not be placed whole, and evicting all %d lower-priority jobs would not make room either; nothing was evicted", g.key, len(units))
+		p.status.unschedulable(g, msg)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+	}
+	if len(set) == 0 {
+		// Room exists without evicting anyone; the gang is retried whole.
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("gang %s could not be placed whole; retrying without preemption", g.key))
+	}
+	plan, err := place(set)
+	if err != nil {
+		return nil, fwk.AsStatus(fmt.Errorf("plan after choosing victims: %w", err))
+	}
+	cost := preemption.CostOf(plain, set)
+	logger.V(1).Info("Preempting for gang", "gang", g.key, "victims", cost.String(), "where", plan.Domain)
+	nom := &nomination{victims: map[types.UID]types.NamespacedName{}, nodes: plan.Nodes, priority: prio, at: time.Now()}
+	var names []string
+	for _, i := range set {
+		names = append(names, units[i].ID)
+		for _, v := range units[i].pods {
+			nom.victims[v.UID] = types.NamespacedName{Namespace: v.Namespace, Name: v.Name}
+		}
+	}
+	p.mu.Lock()
+	p.nominations[g.key] = nom
+	p.mu.Unlock()
+	for _, i := range set {
+		for _, v := range units[i].pods {
+			if err := p.evict(ctx, v, g.key); err != nil {
+				return nil, fwk.AsStatus(err)
+			}
+		}
+	}
+	mine := p.nominateMembers(ctx, g, plan.Nodes, pod)
+	p.status.preempted(g, fmt.Sprintf("evicting %s: %s", cost.String(), strings.Join(names, ", ")))
+	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: mine, NominatingMode: fwk.ModeOverride}}, fwk.NewStatus(fwk.Success)
+}
+
+// earlierPreemptionPending keeps a gang from evicting a second round
+// while victims of the first are still terminating, and from evicting
+// again right after the room it made could not be used: then its
+// nominations are cleared and it backs off for nominationTTL.
+func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) string {
+	p.mu.Lock()
+	nom := p.nominations[g.key]
+	p.mu.Unlock()
+	if nom == nil {
+		return ""
+	}
+	left := 0
+	for uid, name := range nom.victims {
+		if v, err := p.pods.Pods(name.Namespace).Get(name.Name); err == nil && v.UID == uid {
+			left++
+		}
+	}
+	if left > 0 {
+		return fmt.Sprintf("gang %s: waiting for %d pods evicted for it to terminate", g.key, left)
+	}
+	if nom.spent {
+		if time.Since(nom.at) < nominationTTL {
+			return fmt.Sprintf("gang %s: the room an earlier preemption made could not be used; not evicting again before %s", g.key, nom.at.Add(nominationTTL).Format(time.RFC3339))
+		}
+		p.clearNomination(g.key)
+		return ""
+	}
+	// The victims are gone and the gang still does not fit: give the room
+	// back, evict nothing more for now.
+	p.mu.Lock()
+	nom.spent, nom.at, nom.nodes = true, time.Now(), nil
+	p.mu.Unlock()
+	for _, m := range p.members(g.key) {
+		if m.Spec.NodeName == "" && m.Status.NominatedNodeName != "" {
+			patch := []byte(`{"status":{"nominatedNodeName":null}}`)
+			if _, err := p.handle.ClientSet().CoreV1().Pods(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+				klog.FromContext(ctx).V(2).Info("Cannot clear nomination", "pod", klog.KObj(m), "err", err)
+			}
+		}
+	}
+	return fmt.Sprintf("gang %s: the room an earlier preemption made could not be used; nominations cleared, nothing more evicted", g.key)
+}
+
+// victimUnits groups the pods of lower priority into jobs: a gang with all
+// its pods, or a lone pod. A gang with any member that may not be evicted
+// is not a candidate.
+func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, prio int32) []victimUnit {
+	byKey := map[string]*victimUnit{}
+	blocked := map[string]bool{}
+	var keys []string
+	for _, ni := range nodes {
+		for _, pi := range ni.GetPods() {
+			v := pi.GetPod()
+			key := gangKeyOf(v)
+			if key == "" {
+				key = "pod " + v.Namespace + "/" + v.Name
+			} else {
+				key = "gang " + key
+			}
+			if v.DeletionTimestamp != nil {
+				continue
+			}
+			if corev1helpers.PodPriority(v) >= prio || v.Annotations[AnnotationPreemptible] == "false" {
+				blocked[key] = true
+				continue
+			}
+			u := byKey[key]
+			if u == nil {
+				u = &victimUnit{Unit: preemption.Unit{ID: key, Priority: corev1helpers.PodPriority(v)}}
+				byKey[key] = u
+				keys = append(keys, key)
+			}
+			u.Priority = max(u.Priority, corev1helpers.PodPriority(v))
+			u.pods = append(u.pods, v)
+			u.Pods++
+			u.GPUs += p.devicesHeld(v)
+		}
+	}
+	sort.Strings(keys)
+	pdbs := p.pdbs()
+	var out []victimUnit
+	for _, k := range keys {
+		if blocked[k] {
+			continue
+		}
+		u := byKey[k]
+		u.PDBViolations = pdbViolations(pdbs, u.pods)
+		out = append(out, *u)
+	}
+	return out
+}
+
+// devicesHeld counts the devices allocated to a pod's claims.
+func (p *Plugin) devicesHeld(pod *corev1.Pod) int {
+	n := 0
+	for _, c := range p.claimsOf(pod) {
+		if c.Status.Allocation != nil {
+			n += len(c.Status.Allocation.Devices.Results)
+		}
+	}
+	return n
+}
+
+func (p *Plugin) claimsOf(pod *corev1.Pod) []*resourceapi.ResourceClaim {
+	var out []*resourceapi.ResourceClaim
+	names := map[string]bool{}
+	for _, pc := range pod.Spec.ResourceClaims {
+		if pc.ResourceClaimName != nil {
+			names[*pc.ResourceClaimName] = true
+		}
+	}
+	for _, st := range pod.Status.ResourceClaimStatuses {
+		if st.ResourceClaimName != nil {
+			names[*st.ResourceClaimName] = true
+		}
+	}
+	if ext := pod.Status.ExtendedResourceClaimStatus; ext != nil {
+		names[ext.ResourceClaimName] = true
+	}
+	for name := range names {
+		if c, err := p.handle.SharedDRAManager().ResourceClaims().Get(pod.Namespace, name); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (p *Plugin) pdbs() []*policyv1.PodDisruptionBudget {
+	if p.pdbLister == nil {
+		return nil
+	}
+	list, err := p.pdbLister.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	return list
+}
+
+// pdbViolations counts the budgets that evicting pods would break.
+func pdbViolations(pdbs []*policyv1.PodDisruptionBudget, pods []*corev1.Pod) int {
+	n := 0
+	for _, pdb := range pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil || sel.Empty() {
+			continue
+		}
+		hit := 0
+		for _, v := range pods {
+			if v.Namespace == pdb.Namespace && sel.Matches(labels.Set(v.Labels)) {
+				hit++
+			}
+		}
+		if hit > 0 && hit > int(pdb.Status.DisruptionsAllowed) {
+			n++
+		}
+	}
+	return n
+}
+
+// adjustFor simulates evicting the units of set: their requests and pod
+// slots come back, and the devices of claims only they use are freed.
+func (p *Plugin) adjustFor(units []victimUnit, set []int, base *structured.AllocatedState) *adjustment {
+	adj := &adjustment{freed: map[string]corev1.ResourceList{}, freedPods: map[string]int{}}
+	victims := map[types.UID]bool{}
+	for _, i := range set {
+		for _, v := range units[i].pods {
+			victims[v.UID] = true
+		}
+	}
+	state := &structured.AllocatedState{
+		AllocatedDevices:         base.AllocatedDevices.Clone(),
+		AllocatedSharedDeviceIDs: base.AllocatedSharedDeviceIDs.Clone(),
+		AggregatedCapacity:       base.AggregatedCapacity.Clone(),
+	}
+	for _, i := range set {
+		for _, v := range units[i].pods {
+			node := v.Spec.NodeName
+			req := resourcehelper.PodRequests(v, resourcehelper.PodResourcesOptions{})
+			sum := adj.freed[node]
+			if sum == nil {
+				sum = corev1.ResourceList{}
+			}
+			for name, q := range req {
+				cur := sum[name]
+				cur.Add(q)
+				sum[name] = cur
+			}
+			adj.freed[node] = sum
+			adj.freedPods[node]++
+			for _, c := range p.claimsOf(v) {
+				if c.Status.Allocation == nil || !onlyVictims(c, victims) {
+					continue
+				}
+				for _, r := range c.Status.Allocation.Devices.Results {
+					id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+					if r.ShareID == nil {
+						state.AllocatedDevices.Delete(id)
+						continue
+					}
+					state.AllocatedSharedDeviceIDs.Delete(structured.MakeSharedDeviceID(id, r.ShareID))
+					if len(r.ConsumedCapacity) > 0 {
+						state.AggregatedCapacity.Remove(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+					}
+				}
+			}
+		}
+	}
+	adj.allocated = state
+	return adj
+}
+
+// onlyVictims reports whether every consumer of a claim is being evicted.
+func onlyVictims(c *resourceapi.ResourceClaim, victims map[types.UID]bool) bool {
+	for _, r := range c.Status.ReservedFor {
+		if !victims[r.UID] {
+			return false
+		}
+	}
+	return true
+}
+
+// evict marks a victim with DisruptionTarget, as the scheduler's own
+// preemption does, and deletes it.
+func (p *Plugin) evict(ctx context.Context, v *corev1.Pod, gang string) error {
+	cs := p.handle.ClientSet()
+	cond := corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: corev1.PodReasonPreemptionByScheduler,
+		Message: fmt.Sprintf("%s: preempted to make room for gang %s", Name, gang), LastTransitionTime: metav1.Now()}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
+	if err != nil {
+		return err
+	}
+	if _, err := cs.CoreV1().Pods(v.Namespace).Patch(ctx, v.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("mark victim %s/%s: %w", v.Namespace, v.Name, err)
+	}
+	if err := cs.CoreV1().Pods(v.Namespace).Delete(ctx, v.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(v.UID))}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("evict victim %s/%s: %w", v.Namespace, v.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Evicted for gang", "victim", klog.KObj(v), "gang", gang)
+	return nil
+}
+
+// nominateMembers writes status.nominatedNodeName on every pending member
+// (members in name order, nodes in name order), and returns the preemptor's.
+func (p *Plugin) nominateMembers(ctx context.Context, g *gangSpec, nodes map[string]int, preemptor *corev1.Pod) string {
+	var slots []string
+	for _, n := range sortedNodes(nodes) {
+		for i := 0; i < nodes[n]; i++ {
+			slots = append(slots, n)
+		}
+	}
+	var members []*corev1.Pod
+	for _, m := range p.members(g.key) {
+		if m.Spec.NodeName == "" {
+			members = append(members, m)
+		}
+	}
+	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
+	mine := ""
+	for i, m := range members {
+		if i >= len(slots) {
+			break
+		}
+		if m.UID == preemptor.UID {
+			mine = slots[i]
+			continue // the scheduler writes the preemptor's own nomination
+		}
+		patch := []byte(fmt.Sprintf(`{"status":{"nominatedNodeName":%q}}`, slots[i]))
+		if _, err := p.handle.ClientSet().CoreV1().Pods(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+			klog.FromContext(ctx).V(2).Info("Cannot nominate gang member", "pod", klog.KObj(m), "err", err)
+		}
+	}
+	return mine
+}
+
+// reservedFor tells whether a node holds room nominated to a gang of
+// higher priority than prio, and which gang.
+func (p *Plugin) reservedFor(node string, prio int32, gang string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key, nom := range p.nominations {
+		if key == gang || nom.priority <= prio || time.Since(nom.at) > nominationTTL {
+			continue
+		}
+		if nom.nodes[node] > 0 {
+			return key
+		}
+	}
+	return ""
+}
+
+// clearNomination drops a gang's reservation (it was placed, or it can no
+// longer be).
+func (p *Plugin) clearNomination(key string) {
+	p.mu.Lock()
+	delete(p.nominations, key)
+	p.mu.Unlock()
+}
+
+// hasNominations reports whether any gang holds reserved room.
+func (p *Plugin) hasNominations() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.nominations) > 0
+}

@@ -1,0 +1,292 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	schedulingapiv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
+	"github.com/strata-sh/strata/internal/testutil"
+	"github.com/strata-sh/strata/scheduler-plugins/config"
+)
+
+func cpuNodes(n int) string {
+	return fmt.Sprintf(`
+apiVersion: sim.strata.sh/v1alpha1
+kind: Cluster
+nodeGroups:
+- name: cpu
+  count: %d
+  cpu: "16"
+  memory: 128Gi
+`, n)
+}
+
+// lowPod is a low-priority pod pinned to a node; it waits until it runs.
+func (e *env) lowPod(name, node, cpu string, mutate ...func(*corev1.Pod)) {
+	e.t.Helper()
+	e.createLowPod(name, node, cpu, mutate...)
+	e.waitRunning("default", name)
+}
+
+func (e *env) createLowPod(name, node, cpu string, mutate ...func(*corev1.Pod)) {
+	e.t.Helper()
+	pod := testutil.MakePod(name).Req(cpu, "8Gi").Obj()
+	pod.Spec.PriorityClassName = "low-priority"
+	pod.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+	for _, m := range mutate {
+		m(pod)
+	}
+	e.createPod(pod)
+}
+
+// hpGang creates a high-priority gang of CPU workers (gpus > 0 adds a
+// claim for that many GPUs per worker).
+func (e *env) hpGang(name string, members int, cpu string, gpus int, annotations map[string]string) {
+	e.t.Helper()
+	pg := &schedulingv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: annotations},
+		Spec: schedulingv1alpha1.PodGroupSpec{MinMember: int32(members)}}
+	if err := e.crClient().Create(e.ctx, pg); err != nil {
+		e.t.Fatal(err)
+	}
+	if gpus > 0 {
+		e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, int64(gpus)).Template("default", name))
+	}
+	for i := 0; i < members; i++ {
+		w := testutil.MakePod(fmt.Sprintf("%s-%d", name, i)).Scheduler(config.ProfileName).Label(schedulingv1alpha1.PodGroupLabel, name).Req(cpu, "8Gi")
+		if gpus > 0 {
+			w = w.ClaimTemplate("gpus", name)
+		}
+		pod := w.Obj()
+		pod.Spec.PriorityClassName = "high-priority"
+		e.createPod(pod)
+	}
+}
+
+func (e *env) exists(name string) bool {
+	_, err := e.client.CoreV1().Pods("default").Get(e.ctx, name, metav1.GetOptions{})
+	return !apierrors.IsNotFound(err)
+}
+
+// survivors returns which of the named pods still exist, sorted.
+func (e *env) survivors(names ...string) []string {
+	var out []string
+	for _, n := range names {
+		if e.exists(n) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (e *env) priorityClasses() {
+	e.t.Helper()
+	e.applyFile(examplesDir + "/preemption/priorityclasses.yaml")
+	_ = schedulingapiv1.PriorityClass{}
+}
+
+// TestPreemptionSeedScenario: the seeds' example as shipped. Each node has
+// 4 CPUs free and each worker needs 10: one low-priority pod per node is
+// evicted, no more, and both workers run.
+func TestPreemptionSeedScenario(t *testing.T) {
+	e := startCluster(t, cpuNodes(2))
+	e.applyFile(examplesDir + "/preemption/priorityclasses.yaml")
+	e.applyFile(examplesDir + "/preemption/low-priority-pods.yaml")
+	for i := 0; i < 4; i++ {
+		e.waitRunning("default", fmt.Sprintf("low-priority-%d", i))
+	}
+	e.applyFile(examplesDir + "/preemption/hp-training-job.yaml")
+	pods := e.waitGangRunning("hp-training-job", 2)
+	if pods[0].Spec.NodeName == pods[1].Spec.NodeName {
+		t.Errorf("both workers on %s", pods[0].Spec.NodeName)
+	}
+	left := e.survivors("low-priority-0", "low-priority-1", "low-priority-2", "low-priority-3")
+	if len(left) != 2 {
+		t.Errorf("low-priority pods left %v, want exactly one evicted per node", left)
+	}
+}
+
+// TestPreemptionEvictsNothingWhenHopeless: a gang that would not fit even
+// with every lower-priority pod gone evicts nothing.
+func TestPreemptionEvictsNothingWhenHopeless(t *testing.T) {
+	e := startCluster(t, cpuNodes(2))
+	e.priorityClasses()
+	e.lowPod("low-a", "cpu-0", "6")
+	e.lowPod("low-b", "cpu-1", "6")
+	e.hpGang("too-big", 3, "10", 0, nil) // three 10-CPU workers, two 16-CPU nodes
+	cr := e.crClient()
+	e.eventually(30*time.Second, "gang explains it cannot preempt", func(ctx context.Context) (bool, error) {
+		var pg schedulingv1alpha1.PodGroup
+		if err := cr.Get(ctx, client.ObjectKey{Namespace: "default", Name: "too-big"}, &pg); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)
+		return c != nil && strings.Contains(c.Message, "would not make room either; nothing was evicted"), nil
+	})
+	time.Sleep(2 * time.Second)
+	if left := e.survivors("low-a", "low-b"); len(left) != 2 {
+		t.Errorf("pods evicted for a gang that cannot fit: left %v", left)
+	}
+}
+
+// TestVictimGangEvictedWhole: the cheapest room is on the node of one
+// member of a low-priority gang; the whole gang goes (including its member
+// elsewhere), the lone pod stays.
+func TestVictimGangEvictedWhole(t *testing.T) {
+	e := startCluster(t, cpuNodes(2))
+	e.priorityClasses()
+	pg := &schedulingv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "low-job", Namespace: "default"}, Spec: schedulingv1alpha1.PodGroupSpec{MinMember: 2}}
+	if err := e.crClient().Create(e.ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	for i, node := range []string{"cpu-0", "cpu-1"} {
+		e.createLowPod(fmt.Sprintf("low-job-%d", i), node, "7", func(p *corev1.Pod) {
+			p.Labels = map[string]string{schedulingv1alpha1.PodGroupLabel: "low-job"}
+			p.Spec.SchedulerName = config.ProfileName
+		})
+	}
+	e.waitGangRunning("low-job", 2)
+	e.lowPod("lone", "cpu-1", "7")
+	// One worker of 12 CPUs: cpu-0 after evicting the gang (one job), or
+	// cpu-1 after evicting the gang member and the lone pod (two jobs).
+	e.hpGang("hp", 1, "12", 0, nil)
+	pods := e.waitGangRunning("hp", 1)
+	if got := e.survivors("low-job-0", "low-job-1", "lone"); len(got) != 1 || got[0] != "lone" {
+		t.Errorf("survivors %v, want only the lone pod: the gang goes whole", got)
+	}
+	if pods[0].Spec.NodeName != "cpu-0" {
+		t.Errorf("worker on %s, want cpu-0", pods[0].Spec.NodeName)
+	}
+}
+
+// TestPreemptionSparesPDBProtectedPod: two equal victims, one under a
+// PodDisruptionBudget: the other one goes.
+func TestPreemptionSparesPDBProtectedPod(t *testing.T) {
+	e := startCluster(t, cpuNodes(2))
+	e.priorityClasses()
+	e.lowPod("protected", "cpu-0", "10", func(p *corev1.Pod) { p.Labels = map[string]string{"app": "db"} })
+	e.lowPod("unprotected", "cpu-1", "10")
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}
+	if _, err := e.client.PolicyV1().PodDisruptionBudgets("default").Create(e.ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // let the scheduler's PDB informer see it
+	e.hpGang("hp", 1, "12", 0, nil)
+	e.waitGangRunning("hp", 1)
+	if got := e.survivors("protected", "unprotected"); len(got) != 1 || got[0] != "protected" {
+		t.Errorf("survivors %v, want the PDB-protected pod", got)
+	}
+}
+
+// TestGPUGangPreemptsGPUHolders: a gang asking for GPUs evicts the pods
+// whose claims hold the GPUs, never a CPU-only pod that frees nothing it
+// needs.
+func TestGPUGangPreemptsGPUHolders(t *testing.T) {
+	e := startCluster(t, oneH100Node)
+	e.priorityClasses()
+	e.lowPod("cpu-only", "h100-0", "4")
+	for i := 0; i < 2; i++ {
+		name := fmt.Sprintf("gpu-holder-%d", i)
+		e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 4).Template("default", name))
+		e.lowPod(name, "h100-0", "1", func(p *corev1.Pod) {
+			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(name)}}
+			p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+		})
+	}
+	e.hpGang("hp", 2, "2", 4, nil)
+	pods := e.waitGangRunning("hp", 2)
+	if got := e.survivors("cpu-only", "gpu-holder-0", "gpu-holder-1"); len(got) != 1 || got[0] != "cpu-only" {
+		t.Errorf("survivors %v, want only the CPU-only pod", got)
+	}
+	for _, p := range pods {
+		if n := len(e.claimResults(&p, "gpus")); n != 4 {
+			t.Errorf("%s got %d GPUs", p.Name, n)
+		}
+	}
+}
+
+// TestMustGatherGangPreemptsInsideOneBlock: every node is full; a
+// MustGather gang for one block evicts only the pods of one block.
+func TestMustGatherGangPreemptsInsideOneBlock(t *testing.T) {
+	e := startCluster(t, twoBlocks(2))
+	e.applyFile(examplesDir + "/gang/topology.yaml")
+	e.priorityClasses()
+	for _, node := range []string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"} {
+		name := "low-" + node
+		e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 8).Template("default", name))
+		e.lowPod(name, node, "1", func(p *corev1.Pod) {
+			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(name)}}
+			p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+		})
+	}
+	e.hpGang("hp", 2, "2", 8, preferBlock("MustGather"))
+	pods := e.waitGangRunning("hp", 2)
+	blocks := e.blocksOf(pods)
+	left := e.survivors("low-gpu-0", "low-gpu-1", "low-gpu-2", "low-gpu-3")
+	if len(blocks) != 1 || len(left) != 2 {
+		t.Fatalf("gang in blocks %v, low pods left %v: want one block and two survivors", blocks, left)
+	}
+	for _, name := range left {
+		node := strings.TrimPrefix(name, "low-")
+		n, _ := e.client.CoreV1().Nodes().Get(e.ctx, node, metav1.GetOptions{})
+		if n.Labels[blockLabel] == blocks[0] {
+			t.Errorf("a pod in the gang's block %s survived while one outside went", blocks[0])
+		}
+	}
+}
+
+// TestNominatedRoomIsNotStolen: while the victims terminate, a
+// lower-priority pod created meanwhile must not take the room that was
+// freed for the gang.
+func TestNominatedRoomIsNotStolen(t *testing.T) {
+	e := startCluster(t, cpuNodes(2))
+	e.priorityClasses()
+	const finalizer = "test.strata.sh/hold"
+	for _, node := range []string{"cpu-0", "cpu-1"} {
+		e.lowPod("victim-"+node, node, "12", func(p *corev1.Pod) { p.Finalizers = []string{finalizer} })
+	}
+	e.hpGang("hp", 2, "10", 0, nil)
+	// Both victims get a deletion timestamp; the finalizer keeps them.
+	e.eventually(30*time.Second, "victims terminating", func(ctx context.Context) (bool, error) {
+		for _, node := range []string{"cpu-0", "cpu-1"} {
+			p, err := e.client.CoreV1().Pods("default").Get(ctx, "victim-"+node, metav1.GetOptions{})
+			if err != nil || p.DeletionTimestamp == nil {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	intruder := testutil.MakePod("intruder").Req("10", "8Gi").Obj()
+	intruder.Spec.PriorityClassName = "low-priority"
+	e.createPod(intruder)
+	for _, node := range []string{"cpu-0", "cpu-1"} {
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := e.client.CoreV1().Pods("default").Patch(e.ctx, "victim-"+node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitGangRunning("hp", 2)
+	p, err := e.client.CoreV1().Pods("default").Get(e.ctx, "intruder", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.NodeName != "" {
+		t.Errorf("lower-priority intruder took room on %s", p.Spec.NodeName)
+	}
+}
