@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -207,5 +208,128 @@ func deleteBenchPods(b *testing.B, ctx context.Context, cs kubernetes.Interface,
 	})
 	if err != nil {
 		b.Fatalf("claims of %s not released: %v", prefix, err)
+	}
+}
+
+// BenchmarkGangPreemption measures the job-level preemption decision on
+// STRATA_BENCH_NODES (default 1,024) DGX H100 nodes whose every GPU is
+// held by low-priority work: on even nodes one 8-GPU pod, on odd nodes
+// members of 4-pod low-priority gangs. A high-priority gang of 8 or 64
+// pods, each asking for 8 GPUs, arrives; the time is from its creation
+// until every member carries a nominated node (victims chosen and marked
+// for deletion, members nominated). Victims are not deleted in between
+// sizes: each size runs on a freshly filled cluster.
+func BenchmarkGangPreemption(b *testing.B) {
+	nodes := 1024
+	if v, err := strconv.Atoi(os.Getenv("STRATA_BENCH_NODES")); err == nil {
+		nodes = v
+	}
+	for _, size := range []int{8, 64} {
+		if size > nodes/2 {
+			continue
+		}
+		b.Run(fmt.Sprintf("nodes=%d/gang=%d", nodes, size), func(b *testing.B) {
+			var total time.Duration
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				ctx := context.Background()
+				s, err := sim.Start(ctx, sim.Config{Cluster: &cluster.Cluster{APIVersion: cluster.APIVersion, Kind: cluster.Kind,
+					NodeGroups: []cluster.NodeGroup{{Name: "placeholder", Count: 1, CPU: "1", Memory: "1Gi", Pods: 1}}}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				cs := s.ControlPlane.Client
+				objs, _ := apply.ReadPaths([]string{examplesDir + "/preemption/priorityclasses.yaml", examplesDir + "/gang/topology.yaml"})
+				if err := s.Apply(ctx, objs); err != nil {
+					b.Fatal(err)
+				}
+				publishBenchNodes(b, ctx, cs, nodes)
+				cr := benchClient(b, s.ControlPlane.Config)
+				fillWithLowPriority(b, ctx, cs, cr, nodes)
+				if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx,
+					testutil.MakeClaimSpec().Request("gpus", gpuClass, 8).Template("default", "node-gpus"), metav1.CreateOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				pg := &schedulingv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "hp", Namespace: "default"}, Spec: schedulingv1alpha1.PodGroupSpec{MinMember: int32(size)}}
+				if err := cr.Create(ctx, pg); err != nil {
+					b.Fatal(err)
+				}
+				for m := 0; m < size; m++ {
+					pod := testutil.MakePod(fmt.Sprintf("hp-%d", m)).Scheduler(config.ProfileName).Label(schedulingv1alpha1.PodGroupLabel, "hp").Label("bench", "hp").ClaimTemplate("gpus", "node-gpus").Obj()
+					pod.Spec.PriorityClassName = "high-priority"
+					if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+					pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "bench=hp"})
+					if err != nil {
+						return false, err
+					}
+					n := 0
+					for _, p := range pods.Items {
+						if p.Status.NominatedNodeName != "" || p.Spec.NodeName != "" {
+							n++
+						}
+					}
+					return n == size, nil
+				})
+				if err != nil {
+					b.Fatalf("gang of %d not nominated: %v", size, err)
+				}
+				total += time.Since(start)
+				b.StopTimer()
+				s.Stop()
+			}
+			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/decision")
+		})
+	}
+}
+
+// fillWithLowPriority takes every GPU of every bench node with
+// low-priority pods whose claims are allocated directly: even nodes get a
+// lone pod, odd nodes members of 4-pod gangs.
+func fillWithLowPriority(b *testing.B, ctx context.Context, cs kubernetes.Interface, cr client.Client, n int) {
+	low := int32(100)
+	for i := 0; i < n; i++ {
+		node := fmt.Sprintf("bench-%04d", i)
+		name := "low-" + node
+		pod := testutil.MakePod(name).Claim("gpus", name).Obj()
+		pod.Spec.NodeName = node
+		pod.Spec.Priority = &low
+		pod.Spec.PriorityClassName = "low-priority"
+		if i%2 == 1 {
+			gang := fmt.Sprintf("low-gang-%d", i/8)
+			pod.Labels = map[string]string{schedulingv1alpha1.PodGroupLabel: gang}
+			if i%8 == 1 {
+				pg := &schedulingv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: gang, Namespace: "default"}, Spec: schedulingv1alpha1.PodGroupSpec{MinMember: 4}}
+				if err := cr.Create(ctx, pg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		claim := testutil.MakeClaimSpec().Request("gpus", gpuClass, 8).Claim("default", name)
+		created, err := cs.ResourceV1().ResourceClaims("default").Create(ctx, claim, metav1.CreateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		alloc := &resourceapi.AllocationResult{}
+		for g := 0; g < 8; g++ {
+			alloc.Devices.Results = append(alloc.Devices.Results, resourceapi.DeviceRequestAllocationResult{
+				Request: "gpus", Driver: nvidia.DriverName, Pool: node, Device: fmt.Sprintf("gpu-%d", g)})
+		}
+		alloc.NodeSelector = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}
+		created.Status.Allocation = alloc
+		created.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: p.Name, UID: p.UID}}
+		if _, err := cs.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
