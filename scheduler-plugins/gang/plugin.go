@@ -56,6 +56,9 @@ type Plugin struct {
 	plans map[string]*plan
 	// nominations are preemptions in flight, by gang.
 	nominations map[string]*nomination
+	// failures holds the last placement failure of each gang, which
+	// PostFilter reports once it knows whether preemption helps.
+	failures map[string]failure
 	// satisfied remembers gangs that reached minMember, for the
 	// once-satisfied match policy.
 	satisfied map[string]bool
@@ -123,12 +126,25 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		pdbLister:   h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
 		plans:       map[string]*plan{},
 		nominations: map[string]*nomination{},
+		failures:    map[string]failure{},
 		satisfied:   map[string]bool{},
 	}
 	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
 		p.upstream = h.SharedInformerFactory().Scheduling().V1alpha2().PodGroups().Lister()
 	}
 	p.status = newStatusWriter(ctx, p.src, h.EventRecorder())
+	// Without the GangScheduling feature gate kube-scheduler does not
+	// retry gated pods when a pending pod arrives, so the member that
+	// completes a gang wakes the members PreEnqueue held back.
+	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == "" {
+				p.wakeGroup(klog.FromContext(ctx), gangKeyOf(pod))
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
 	cores.Store(h.SharedInformerFactory(), p)
 	go func() {
 		<-ctx.Done()
@@ -276,6 +292,37 @@ func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
 	return nil
 }
 
+// wakeGroup moves the pending members of a gang's group to the active
+// queue once every gang of the group has minMember pods.
+func (p *Plugin) wakeGroup(logger klog.Logger, key string) {
+	if key == "" {
+		return
+	}
+	g := p.specByKey(key, nil)
+	if g.err != nil || g.upstream {
+		return
+	}
+	pending := map[string]*corev1.Pod{}
+	for _, k := range g.group {
+		spec := g
+		if k != g.key {
+			spec = p.specByKey(k, nil)
+		}
+		members := p.members(k)
+		if len(members) < spec.minMember {
+			return
+		}
+		for _, m := range members {
+			if m.Spec.NodeName == "" && !p.isWaiting(m.UID) {
+				pending[m.Namespace+"/"+m.Name] = m
+			}
+		}
+	}
+	if len(pending) > 0 {
+		p.handle.Activate(logger, pending)
+	}
+}
+
 // PreFilter implements fwk.PreFilterPlugin: the first member of a gang to
 // be scheduled computes where every pending member goes; members then only
 // see the nodes of that plan.
@@ -341,10 +388,13 @@ func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, 
 	pending, placed := p.pendingAndPlaced(g)
 	capacity, shortfall, err := p.capacity.capacities(ctx, pod, pending, nodes, nil)
 	if err != nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %v", g.key, err))
+		msg := fmt.Sprintf("gang %s: %v", g.key, err)
+		p.failures[g.key] = failure{msg: msg}
+		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 	tree, err := p.tree(nodes, g.labelKey)
 	if err != nil {
+		p.failures[g.key] = failure{msg: err.Error(), final: true}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	res, err := topology.Place(tree, topology.Request{Pods: pending, Capacity: capacity, Placed: placed, Rules: p.rulesFor(g, tree)})
@@ -354,12 +404,12 @@ func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, 
 			msg += "; " + shortfall
 		}
 		if _, isFailure := err.(*topology.Failure); !isFailure {
-			// A rule naming a missing layer: no retry helps until the
-			// PodGroup or the topology changes.
-			p.status.unschedulable(g, msg)
+			// A rule naming a missing layer: no retry, and no eviction,
+			// helps until the PodGroup or the topology changes.
+			p.failures[g.key] = failure{msg: msg, final: true}
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 		}
-		p.status.unschedulable(g, msg)
+		p.failures[g.key] = failure{msg: msg}
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
 	where := "the cluster"
@@ -449,7 +499,13 @@ func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *corev1.P
 	}
 	// UnschedulableAndUnresolvable from preempt also keeps the scheduler's
 	// pod-by-pod preemption from evicting for a single member.
-	return p.preempt(ctx, pod, g)
+	res, st := p.preempt(ctx, pod, g)
+	if !st.IsSuccess() {
+		// One condition per attempt, written when the outcome is known,
+		// so the PodGroup says both why and whether eviction would help.
+		p.status.unschedulable(g, st.Message())
+	}
+	return res, st
 }
 
 // Reserve implements fwk.ReservePlugin.
@@ -535,6 +591,9 @@ func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 		}
 		if have < spec.minMember {
 			klog.FromContext(ctx).V(4).Info("Gang member waits", "pod", klog.KObj(pod), "gang", key, "have", have, "minMember", spec.minMember)
+			// Members that failed an earlier attempt may sit in backoff
+			// or among the unschedulable pods: retry them now.
+			p.wakeGroup(klog.FromContext(ctx), g.key)
 			return fwk.NewStatus(fwk.Wait, fmt.Sprintf("gang %s has %d of %d members placed", key, have, spec.minMember)), g.timeout
 		}
 	}
@@ -549,6 +608,7 @@ func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 		p.satisfied[k] = true
 		delete(p.plans, k)
 		delete(p.nominations, k)
+		delete(p.failures, k)
 	}
 	p.mu.Unlock()
 	for _, k := range g.group {

@@ -54,7 +54,10 @@ type victimUnit struct {
 func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fwk.PostFilterResult, *fwk.Status) {
 	logger := klog.FromContext(ctx)
 	if pod.Spec.PreemptionPolicy != nil && *pod.Spec.PreemptionPolicy == corev1.PreemptNever {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("gang %s could not be placed whole and its preemptionPolicy is Never", g.key))
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("%s; preemptionPolicy is Never, so nothing was evicted", p.lastFailure(g.key).msg))
+	}
+	if f := p.lastFailure(g.key); f.final {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, f.msg)
 	}
 	if msg := p.earlierPreemptionPending(ctx, g); msg != "" {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
@@ -97,8 +100,12 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 		return nil, fwk.AsStatus(err)
 	}
 	if !ok {
-		msg := fmt.Sprintf("gang %s could not be placed whole, and evicting all %d lower-priority jobs would not make room either; nothing was evicted", g.key, len(units))
-		p.status.unschedulable(g, msg)
+		why := p.lastFailure(g.key).msg
+		if len(units) == 0 {
+			// Nothing to preempt: the placement failure says it all.
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
+		}
+		msg := fmt.Sprintf("%s; evicting all %d lower-priority jobs would not make room either, so nothing was evicted", why, len(units))
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
 	if len(set) == 0 {
@@ -437,4 +444,21 @@ func (p *Plugin) hasNominations() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.nominations) > 0
+}
+
+// failure is why a gang's last plan failed; final when no eviction can
+// help (a rule naming a layer the cluster lacks).
+type failure struct {
+	msg   string
+	final bool
+}
+
+// lastFailure returns why the gang's last plan failed.
+func (p *Plugin) lastFailure(key string) failure {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f, ok := p.failures[key]; ok {
+		return f
+	}
+	return failure{msg: fmt.Sprintf("gang %s could not be placed whole", key)}
 }

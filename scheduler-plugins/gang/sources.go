@@ -39,6 +39,8 @@ type sources struct {
 	podGroups  cache.GenericLister
 	topologies cache.GenericLister
 	synced     []cache.InformerSynced
+	// podGroupInformer lets others follow PodGroup deletions.
+	podGroupInformer cache.SharedIndexInformer
 }
 
 func newSources(ctx context.Context, dyn dynamic.Interface) *sources {
@@ -46,7 +48,7 @@ func newSources(ctx context.Context, dyn dynamic.Interface) *sources {
 	pg := factory.ForResource(podGroupsGVR)
 	topo := factory.ForResource(topologiesGVR)
 	s := &sources{dyn: dyn, podGroups: pg.Lister(), topologies: topo.Lister(),
-		synced: []cache.InformerSynced{pg.Informer().HasSynced, topo.Informer().HasSynced}}
+		synced: []cache.InformerSynced{pg.Informer().HasSynced, topo.Informer().HasSynced}, podGroupInformer: pg.Informer()}
 	factory.Start(ctx.Done())
 	// A cluster without the CRDs never syncs; gangs then come from pod
 	// annotations only, so do not wait forever.

@@ -2,9 +2,13 @@ package gang
 
 import (
 	"context"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
@@ -24,6 +28,12 @@ type statusWriter struct {
 	src      *sources
 	recorder events.EventRecorderLogger
 	updates  chan statusUpdate
+
+	mu sync.Mutex
+	// sent is the condition last sent per PodGroup: the lister's copy
+	// lags, and deduplicating against it alone drops a change back to a
+	// message the PodGroup showed before.
+	sent map[types.UID]metav1.Condition
 }
 
 type statusUpdate struct {
@@ -33,7 +43,20 @@ type statusUpdate struct {
 }
 
 func newStatusWriter(ctx context.Context, src *sources, recorder events.EventRecorderLogger) *statusWriter {
-	w := &statusWriter{src: src, recorder: recorder, updates: make(chan statusUpdate, 256)}
+	w := &statusWriter{src: src, recorder: recorder, updates: make(chan statusUpdate, 256), sent: map[types.UID]metav1.Condition{}}
+	if src != nil && src.podGroupInformer != nil {
+		// Forget deleted PodGroups.
+		_, _ = src.podGroupInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if m, err := meta.Accessor(obj); err == nil {
+				w.mu.Lock()
+				delete(w.sent, m.GetUID())
+				w.mu.Unlock()
+			}
+		}})
+	}
 	go w.run(ctx)
 	return w
 }
@@ -56,11 +79,25 @@ func (w *statusWriter) send(g *gangSpec, cond metav1.Condition, phase scheduling
 	if g == nil || g.podGroup == nil {
 		return
 	}
-	for _, c := range g.podGroup.Status.Conditions {
-		if c.Type == cond.Type && c.Status == cond.Status && c.Message == cond.Message {
-			return
+	same := func(c metav1.Condition) bool {
+		return c.Type == cond.Type && c.Status == cond.Status && c.Message == cond.Message
+	}
+	w.mu.Lock()
+	last, known := w.sent[g.podGroup.UID]
+	if known && same(last) {
+		w.mu.Unlock()
+		return
+	}
+	if !known {
+		for _, c := range g.podGroup.Status.Conditions {
+			if same(c) {
+				w.mu.Unlock()
+				return
+			}
 		}
 	}
+	w.sent[g.podGroup.UID] = cond
+	w.mu.Unlock()
 	ref := &corev1.ObjectReference{APIVersion: schedulingv1alpha1.GroupVersion.String(), Kind: "PodGroup",
 		Namespace: g.podGroup.Namespace, Name: g.podGroup.Name, UID: g.podGroup.UID}
 	if w.recorder != nil {

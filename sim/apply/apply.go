@@ -16,6 +16,7 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -186,6 +187,11 @@ func (a *Applier) Apply(ctx context.Context, objs []Object) error {
 			}
 			a.mapper.Reset()
 		}
+		if o.GetKind() == "PriorityClass" {
+			if err := a.waitPriorityClass(ctx, o.GetName()); err != nil {
+				return fmt.Errorf("%s: PriorityClass %s: %w", o.Source, o.GetName(), err)
+			}
+		}
 	}
 	return nil
 }
@@ -240,6 +246,36 @@ func (a *Applier) waitEstablished(ctx context.Context, name string) error {
 		}
 		return false, nil
 	})
+}
+
+// waitPriorityClass returns once pod admission knows the PriorityClass.
+// The Priority admission plugin reads classes from an informer, so a pod
+// created right after its class may be refused; a dry-run pod shows when
+// the class is usable.
+func (a *Applier) waitPriorityClass(ctx context.Context, name string) error {
+	pods := a.dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}).Namespace(metav1.NamespaceDefault)
+	probe := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Pod",
+		"metadata":   map[string]any{"generateName": "priority-probe-"},
+		"spec": map[string]any{
+			"priorityClassName": name,
+			"containers":        []any{map[string]any{"name": "probe", "image": "probe"}},
+		},
+	}}
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, last = pods.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return !isUnknownPriorityClass(last), nil
+	})
+	if err != nil {
+		return fmt.Errorf("not admitted for pods after 30s: %w", last)
+	}
+	return nil
+}
+
+func isUnknownPriorityClass(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "no PriorityClass with name")
 }
 
 func qualified(o Object) string {

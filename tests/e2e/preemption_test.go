@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	schedulingapiv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,7 +96,6 @@ func (e *env) survivors(names ...string) []string {
 func (e *env) priorityClasses() {
 	e.t.Helper()
 	e.applyFile(examplesDir + "/preemption/priorityclasses.yaml")
-	_ = schedulingapiv1.PriorityClass{}
 }
 
 // TestPreemptionSeedScenario: the seeds' example as shipped. Each node has
@@ -105,7 +103,7 @@ func (e *env) priorityClasses() {
 // evicted, no more, and both workers run.
 func TestPreemptionSeedScenario(t *testing.T) {
 	e := startCluster(t, cpuNodes(2))
-	e.applyFile(examplesDir + "/preemption/priorityclasses.yaml")
+	e.priorityClasses()
 	e.applyFile(examplesDir + "/preemption/low-priority-pods.yaml")
 	for i := 0; i < 4; i++ {
 		e.waitRunning("default", fmt.Sprintf("low-priority-%d", i))
@@ -136,7 +134,7 @@ func TestPreemptionEvictsNothingWhenHopeless(t *testing.T) {
 			return false, err
 		}
 		c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)
-		return c != nil && strings.Contains(c.Message, "would not make room either; nothing was evicted"), nil
+		return c != nil && strings.Contains(c.Message, "would not make room either, so nothing was evicted"), nil
 	})
 	time.Sleep(2 * time.Second)
 	if left := e.survivors("low-a", "low-b"); len(left) != 2 {
@@ -150,20 +148,20 @@ func TestPreemptionEvictsNothingWhenHopeless(t *testing.T) {
 func TestVictimGangEvictedWhole(t *testing.T) {
 	e := startCluster(t, cpuNodes(2))
 	e.priorityClasses()
+	e.lowPod("lone", "cpu-1", "7")
 	pg := &schedulingv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "low-job", Namespace: "default"}, Spec: schedulingv1alpha1.PodGroupSpec{MinMember: 2}}
 	if err := e.crClient().Create(e.ctx, pg); err != nil {
 		t.Fatal(err)
 	}
-	for i, node := range []string{"cpu-0", "cpu-1"} {
-		e.createLowPod(fmt.Sprintf("low-job-%d", i), node, "7", func(p *corev1.Pod) {
-			p.Labels = map[string]string{schedulingv1alpha1.PodGroupLabel: "low-job"}
-			p.Spec.SchedulerName = config.ProfileName
-		})
+	// Two 9-CPU members: one per node.
+	for i := 0; i < 2; i++ {
+		pod := testutil.MakePod(fmt.Sprintf("low-job-%d", i)).Scheduler(config.ProfileName).Label(schedulingv1alpha1.PodGroupLabel, "low-job").Req("9", "8Gi").Obj()
+		pod.Spec.PriorityClassName = "low-priority"
+		e.createPod(pod)
 	}
 	e.waitGangRunning("low-job", 2)
-	e.lowPod("lone", "cpu-1", "7")
 	// One worker of 12 CPUs: cpu-0 after evicting the gang (one job), or
-	// cpu-1 after evicting the gang member and the lone pod (two jobs).
+	// cpu-1 after evicting the gang and the lone pod (two jobs).
 	e.hpGang("hp", 1, "12", 0, nil)
 	pods := e.waitGangRunning("hp", 1)
 	if got := e.survivors("low-job-0", "low-job-1", "lone"); len(got) != 1 || got[0] != "lone" {
