@@ -203,10 +203,48 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 	return resp, nil
 }
 
+// Validate implements plugin.Validator: unknown devices and bad opaque
+// configurations are refused before the plugin records anything.
+func (b *Backend) Validate(_ context.Context, req *plugin.PrepareRequest) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, a := range req.Devices {
+		if err := b.validateDevice(a); err != nil {
+			return fmt.Errorf("device %s: %w", a.Device, err)
+		}
+	}
+	return nil
+}
+
+func (b *Backend) validateDevice(a plugin.AllocatedDevice) error {
+	d, ok := b.devices[a.Device]
+	if !ok {
+		return errNotOnNode
+	}
+	cfg, err := decodeConfigs(a.Configs)
+	if err != nil {
+		return err
+	}
+	switch d.kind {
+	case kindGPU:
+		_, err = b.sharedLimits(d, a, cfg)
+	case kindMIG:
+		if cfg.Sharing != nil {
+			err = errSharingOnMIG
+		}
+	}
+	return err
+}
+
+var (
+	errNotOnNode    = errors.New("not a device of this node")
+	errSharingOnMIG = errors.New("sharing: only GPUs take a sharing configuration; this is a MIG device")
+)
+
 func (b *Backend) prepareDevice(ctx context.Context, claim plugin.ClaimRef, a plugin.AllocatedDevice) (plugin.PreparedDevice, string, *sharedDevice, error) {
 	d, ok := b.devices[a.Device]
 	if !ok {
-		return plugin.PreparedDevice{}, "", nil, fmt.Errorf("not a device of this node")
+		return plugin.PreparedDevice{}, "", nil, errNotOnNode
 	}
 	cfg, err := decodeConfigs(a.Configs)
 	if err != nil {
@@ -239,7 +277,7 @@ func (b *Backend) prepareDevice(ctx context.Context, claim plugin.ClaimRef, a pl
 		sd = &s
 	case kindMIG:
 		if cfg.Sharing != nil {
-			return out, "", nil, errors.New("sharing: only GPUs take a sharing configuration; this is a MIG device")
+			return out, "", nil, errSharingOnMIG
 		}
 		gi, ci, err := b.createMIG(ctx, d)
 		if err != nil {

@@ -33,6 +33,14 @@ type Backend interface {
 	Unprepare(ctx context.Context, claim ClaimRef, devices []PreparedDevice) error
 }
 
+// Validator is implemented by backends that can reject a claim, for
+// example a bad opaque configuration, before anything is recorded or
+// touched. The plugin calls it before the checkpoint notes the prepare, so
+// a claim that can never be prepared leaves no trace, not even briefly.
+type Validator interface {
+	Validate(ctx context.Context, req *PrepareRequest) error
+}
+
 // Inventory is what a backend publishes for its node, in allocator order:
 // the scheduler tries devices first to last.
 type Inventory struct {

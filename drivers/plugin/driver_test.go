@@ -196,6 +196,38 @@ func TestFailedPrepareLeavesNothing(t *testing.T) {
 	}
 }
 
+// validatingBackend refuses claims before anything is touched.
+type validatingBackend struct {
+	*fakeBackend
+	invalid error
+}
+
+func (b validatingBackend) Validate(context.Context, *PrepareRequest) error { return b.invalid }
+
+// TestInvalidClaimIsRefusedBeforeTheCheckpoint: a claim the backend
+// refuses up front never reaches the checkpoint file, not even as a
+// prepare in progress, and the hardware is not touched.
+func TestInvalidClaimIsRefusedBeforeTheCheckpoint(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	fake := &fakeBackend{devices: gpus("gpu-0")}
+	d := newTestDriver(t, t.TempDir(), fake, "boot-1")
+	d.cfg.Backend = validatingBackend{fakeBackend: fake, invalid: errors.New(`sharing.hamiCore.coreLimit: Invalid value: 150`)}
+	before, _ := os.ReadFile(d.store.path)
+	res, err := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{allocatedClaim("uid-1", "a", "gpu-0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res["uid-1"].Err == nil || !strings.Contains(res["uid-1"].Err.Error(), "coreLimit") {
+		t.Fatalf("prepare error = %v, want the validation error", res["uid-1"].Err)
+	}
+	if after, _ := os.ReadFile(d.store.path); string(after) != string(before) {
+		t.Errorf("checkpoint rewritten for a refused claim:\n%s", after)
+	}
+	if len(fake.prepared) != 0 || len(fake.unprepared) != 0 {
+		t.Errorf("backend touched: prepared %v, unprepared %v", fake.prepared, fake.unprepared)
+	}
+}
+
 func TestRecoverRollsBackInterruptedPrepareAndOrphans(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	dir := t.TempDir()

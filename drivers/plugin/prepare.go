@@ -80,6 +80,11 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 	if err := d.checkConflicts(claim, allocated); err != nil {
 		return nil, err
 	}
+	if v, ok := d.cfg.Backend.(Validator); ok {
+		if err := v.Validate(ctx, &PrepareRequest{Claim: claim, Devices: allocated}); err != nil {
+			return nil, err
+		}
+	}
 
 	ref := ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
 	st := &ClaimState{ClaimRef: ref, Phase: PhasePrepareStarted}

@@ -270,6 +270,34 @@ func TestNominatedRoomIsNotStolen(t *testing.T) {
 		}
 		return true, nil
 	})
+	// What a user sees while they terminate: the victims say why, and
+	// every member carries the node freed for it.
+	for _, node := range []string{"cpu-0", "cpu-1"} {
+		p, err := e.client.CoreV1().Pods("default").Get(e.ctx, "victim-"+node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cond *corev1.PodCondition
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == corev1.DisruptionTarget {
+				cond = &p.Status.Conditions[i]
+			}
+		}
+		if cond == nil || cond.Status != corev1.ConditionTrue || cond.Reason != corev1.PodReasonPreemptionByScheduler || !strings.Contains(cond.Message, "default/hp") {
+			t.Errorf("victim-%s DisruptionTarget condition %+v, want True/%s naming the gang", node, cond, corev1.PodReasonPreemptionByScheduler)
+		}
+	}
+	e.eventually(30*time.Second, "members nominated to both nodes", func(ctx context.Context) (bool, error) {
+		nominated := map[string]bool{}
+		for i := 0; i < 2; i++ {
+			p, err := e.client.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("hp-%d", i), metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			nominated[p.Status.NominatedNodeName] = true
+		}
+		return nominated["cpu-0"] && nominated["cpu-1"], nil
+	})
 	intruder := testutil.MakePod("intruder").Req("10", "8Gi").Obj()
 	intruder.Spec.PriorityClassName = "low-priority"
 	e.createPod(intruder)
