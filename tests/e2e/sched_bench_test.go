@@ -218,7 +218,9 @@ func deleteBenchPods(b *testing.B, ctx context.Context, cs kubernetes.Interface,
 // pods, each asking for 8 GPUs, arrives; the time is from its creation
 // until every member carries a nominated node (victims chosen and marked
 // for deletion, members nominated). Victims are not deleted in between
-// sizes: each size runs on a freshly filled cluster.
+// sizes: each size runs on a freshly filled cluster. "plain" is the
+// baseline: the same pods with no gang through the stock 1.36 profile,
+// whose DefaultPreemption evicts pod by pod.
 func BenchmarkGangPreemption(b *testing.B) {
 	nodes := 1024
 	if v, err := strconv.Atoi(os.Getenv("STRATA_BENCH_NODES")); err == nil {
@@ -228,64 +230,109 @@ func BenchmarkGangPreemption(b *testing.B) {
 		if size > nodes/2 {
 			continue
 		}
-		b.Run(fmt.Sprintf("nodes=%d/gang=%d", nodes, size), func(b *testing.B) {
-			var total time.Duration
-			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				ctx := context.Background()
-				s, err := sim.Start(ctx, sim.Config{Cluster: &cluster.Cluster{APIVersion: cluster.APIVersion, Kind: cluster.Kind,
-					NodeGroups: []cluster.NodeGroup{{Name: "placeholder", Count: 1, CPU: "1", Memory: "1Gi", Pods: 1}}}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				cs := s.ControlPlane.Client
-				objs, _ := apply.ReadPaths([]string{examplesDir + "/preemption/priorityclasses.yaml", examplesDir + "/gang/topology.yaml"})
-				if err := s.Apply(ctx, objs); err != nil {
-					b.Fatal(err)
-				}
-				publishBenchNodes(b, ctx, cs, nodes)
-				cr := benchClient(b, s.ControlPlane.Config)
-				fillWithLowPriority(b, ctx, cs, cr, nodes)
-				if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx,
-					testutil.MakeClaimSpec().Request("gpus", gpuClass, 8).Template("default", "node-gpus"), metav1.CreateOptions{}); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-				start := time.Now()
-				pg := &schedulingv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "hp", Namespace: "default"}, Spec: schedulingv1alpha1.PodGroupSpec{MinMember: int32(size)}}
-				if err := cr.Create(ctx, pg); err != nil {
-					b.Fatal(err)
-				}
-				for m := 0; m < size; m++ {
-					pod := testutil.MakePod(fmt.Sprintf("hp-%d", m)).Scheduler(config.ProfileName).Label(schedulingv1alpha1.PodGroupLabel, "hp").Label("bench", "hp").ClaimTemplate("gpus", "node-gpus").Obj()
-					pod.Spec.PriorityClassName = "high-priority"
-					if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		for _, mode := range []string{"plain", "strata"} {
+			b.Run(fmt.Sprintf("nodes=%d/gang=%d/%s", nodes, size, mode), func(b *testing.B) {
+				var total time.Duration
+				victims, brokenGangs := 0, 0
+				for i := 0; i < b.N; i++ {
+					b.StopTimer()
+					ctx := context.Background()
+					s, err := sim.Start(ctx, sim.Config{Cluster: &cluster.Cluster{APIVersion: cluster.APIVersion, Kind: cluster.Kind,
+						NodeGroups: []cluster.NodeGroup{{Name: "placeholder", Count: 1, CPU: "1", Memory: "1Gi", Pods: 1}}}})
+					if err != nil {
 						b.Fatal(err)
 					}
-				}
-				err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
-					pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "bench=hp"})
-					if err != nil {
-						return false, err
+					cs := s.ControlPlane.Client
+					objs, _ := apply.ReadPaths([]string{examplesDir + "/preemption/priorityclasses.yaml", examplesDir + "/gang/topology.yaml"})
+					if err := s.Apply(ctx, objs); err != nil {
+						b.Fatal(err)
 					}
-					n := 0
-					for _, p := range pods.Items {
-						if p.Status.NominatedNodeName != "" || p.Spec.NodeName != "" {
-							n++
+					publishBenchNodes(b, ctx, cs, nodes)
+					cr := benchClient(b, s.ControlPlane.Config)
+					fillWithLowPriority(b, ctx, cs, cr, nodes)
+					if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx,
+						testutil.MakeClaimSpec().Request("gpus", gpuClass, 8).Template("default", "node-gpus"), metav1.CreateOptions{}); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+					start := time.Now()
+					if mode == "strata" {
+						pg := &schedulingv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "hp", Namespace: "default"}, Spec: schedulingv1alpha1.PodGroupSpec{MinMember: int32(size)}}
+						if err := cr.Create(ctx, pg); err != nil {
+							b.Fatal(err)
 						}
 					}
-					return n == size, nil
-				})
-				if err != nil {
-					b.Fatalf("gang of %d not nominated: %v", size, err)
+					for m := 0; m < size; m++ {
+						w := testutil.MakePod(fmt.Sprintf("hp-%d", m)).Label("bench", "hp").ClaimTemplate("gpus", "node-gpus")
+						if mode == "strata" {
+							w = w.Scheduler(config.ProfileName).Label(schedulingv1alpha1.PodGroupLabel, "hp")
+						}
+						pod := w.Obj()
+						pod.Spec.PriorityClassName = "high-priority"
+						if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+						pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "bench=hp"})
+						if err != nil {
+							return false, err
+						}
+						n := 0
+						for _, p := range pods.Items {
+							if p.Status.NominatedNodeName != "" || p.Spec.NodeName != "" {
+								n++
+							}
+						}
+						return n == size, nil
+					})
+					if err != nil {
+						b.Fatalf("gang of %d not nominated: %v", size, err)
+					}
+					total += time.Since(start)
+					b.StopTimer()
+					v, broken := victimsOf(b, ctx, cs, nodes)
+					victims += v
+					brokenGangs += broken
+					s.Stop()
 				}
-				total += time.Since(start)
-				b.StopTimer()
-				s.Stop()
-			}
-			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/decision")
-		})
+				b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/decision")
+				b.ReportMetric(float64(victims)/float64(b.N), "victims")
+				b.ReportMetric(float64(brokenGangs)/float64(b.N), "gangs-partly-evicted")
+			})
+		}
 	}
+}
+
+// victimsOf counts the low-priority pods deleted or terminating, and the
+// low-priority gangs that lost some but not all of their members.
+func victimsOf(b *testing.B, ctx context.Context, cs kubernetes.Interface, nodes int) (victims, partlyEvicted int) {
+	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	alive := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			alive[p.Name] = true
+		}
+	}
+	lost := map[string]int{}
+	for i := 0; i < nodes; i++ {
+		if alive[fmt.Sprintf("low-bench-%04d", i)] {
+			continue
+		}
+		victims++
+		if i%2 == 1 {
+			lost[fmt.Sprintf("low-gang-%d", i/8)]++
+		}
+	}
+	for _, n := range lost {
+		if n < 4 {
+			partlyEvicted++
+		}
+	}
+	return victims, partlyEvicted
 }
 
 // fillWithLowPriority takes every GPU of every bench node with
