@@ -233,7 +233,7 @@ func BenchmarkGangPreemption(b *testing.B) {
 		for _, mode := range []string{"plain", "strata"} {
 			b.Run(fmt.Sprintf("nodes=%d/gang=%d/%s", nodes, size, mode), func(b *testing.B) {
 				var total time.Duration
-				victims, brokenGangs := 0, 0
+				victims, brokenGangs, nominated := 0, 0, 0
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
 					ctx := context.Background()
@@ -273,12 +273,20 @@ func BenchmarkGangPreemption(b *testing.B) {
 							b.Fatal(err)
 						}
 					}
-					err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+					// Stock Kubernetes does not preempt for DRA devices
+					// (a documented 1.36 limitation): give it two minutes,
+					// then count how many members it managed to nominate.
+					limit := 10 * time.Minute
+					if mode == "plain" {
+						limit = 2 * time.Minute
+					}
+					n := 0
+					err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, limit, true, func(ctx context.Context) (bool, error) {
 						pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "bench=hp"})
 						if err != nil {
 							return false, err
 						}
-						n := 0
+						n = 0
 						for _, p := range pods.Items {
 							if p.Status.NominatedNodeName != "" || p.Spec.NodeName != "" {
 								n++
@@ -286,7 +294,8 @@ func BenchmarkGangPreemption(b *testing.B) {
 						}
 						return n == size, nil
 					})
-					if err != nil {
+					nominated += n
+					if err != nil && mode == "strata" {
 						b.Fatalf("gang of %d not nominated: %v", size, err)
 					}
 					total += time.Since(start)
@@ -298,6 +307,7 @@ func BenchmarkGangPreemption(b *testing.B) {
 				}
 				b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/decision")
 				b.ReportMetric(float64(victims)/float64(b.N), "victims")
+				b.ReportMetric(float64(nominated)/float64(b.N), "members-nominated")
 				b.ReportMetric(float64(brokenGangs)/float64(b.N), "gangs-partly-evicted")
 			})
 		}
