@@ -7,11 +7,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	cacheddiscovery "k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/scale"
 	"k8s.io/controller-manager/pkg/informerfactory"
+	"k8s.io/kubernetes/pkg/controller/disruption"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
 
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -26,9 +29,14 @@ import (
 // depends on: the ResourceClaim controller creates claims from
 // ResourceClaimTemplates, removes finished pods from status.reservedFor and
 // deallocates unreserved claims; the garbage collector deletes generated
-// claims (and any other dependents) once their owner is gone.
+// claims (and any other dependents) once their owner is gone; the
+// disruption controller keeps PodDisruptionBudget status, which preemption
+// reads.
 func startControllers(ctx context.Context, config *restclient.Config, client kubernetes.Interface) error {
 	if err := startGarbageCollector(ctx, config, client); err != nil {
+		return err
+	}
+	if err := startDisruptionController(ctx, config, client); err != nil {
 		return err
 	}
 	logger := klog.LoggerWithName(klog.FromContext(ctx), "resourceclaim-controller")
@@ -85,5 +93,27 @@ func startGarbageCollector(ctx context.Context, config *restclient.Config, clien
 	go gc.Sync(ctx, client.Discovery(), syncPeriod)
 	factory.Start(ctx.Done())
 	metadataInformers.Start(ctx.Done())
+	return nil
+}
+
+func startDisruptionController(ctx context.Context, config *restclient.Config, client kubernetes.Interface) error {
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(cacheddiscovery.NewMemCacheClient(client.Discovery()))
+	scales, err := scale.NewForConfig(config, mapper, dynamic.LegacyAPIPathResolverFunc, scale.NewDiscoveryScaleKindResolver(client.Discovery()))
+	if err != nil {
+		return fmt.Errorf("create scale client: %w", err)
+	}
+	logger := klog.LoggerWithName(klog.FromContext(ctx), "disruption-controller")
+	ctx = klog.NewContext(ctx, logger)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	dc := disruption.NewDisruptionController(ctx,
+		factory.Core().V1().Pods(),
+		factory.Policy().V1().PodDisruptionBudgets(),
+		factory.Core().V1().ReplicationControllers(),
+		factory.Apps().V1().ReplicaSets(),
+		factory.Apps().V1().Deployments(),
+		factory.Apps().V1().StatefulSets(),
+		client, mapper, scales, client.Discovery())
+	factory.Start(ctx.Done())
+	go dc.Run(ctx)
 	return nil
 }

@@ -184,7 +184,16 @@ func TestPreemptionSparesPDBProtectedPod(t *testing.T) {
 	if _, err := e.client.PolicyV1().PodDisruptionBudgets("default").Create(e.ctx, pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // let the scheduler's PDB informer see it
+	// The disruption controller computes the budget: the one pod it
+	// covers may not go.
+	e.eventually(30*time.Second, "PDB status observed", func(ctx context.Context) (bool, error) {
+		got, err := e.client.PolicyV1().PodDisruptionBudgets("default").Get(ctx, "db", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == 1 && got.Status.DisruptionsAllowed == 0, nil
+	})
+	time.Sleep(time.Second) // let the scheduler's PDB informer see the status
 	e.hpGang("hp", 1, "12", 0, nil)
 	e.waitGangRunning("hp", 1)
 	if got := e.survivors("protected", "unprotected"); len(got) != 1 || got[0] != "protected" {
