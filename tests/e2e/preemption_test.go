@@ -325,3 +325,60 @@ func TestNominatedRoomIsNotStolen(t *testing.T) {
 		t.Errorf("lower-priority intruder took room on %s", p.Spec.NodeName)
 	}
 }
+
+// TestUnusableRoomClearsNominations: the room freed for a gang is taken
+// by a pod of equal priority bound straight to the node before the gang
+// gets there. The gang then no longer fits: its nominations are cleared,
+// the PodGroup says so, and no second round of evictions follows.
+func TestUnusableRoomClearsNominations(t *testing.T) {
+	e := startCluster(t, cpuNodes(3))
+	e.priorityClasses()
+	const finalizer = "test.strata.sh/hold"
+	lows := []string{"low-cpu-0", "low-cpu-1", "low-cpu-2"}
+	for i, name := range lows {
+		e.lowPod(name, fmt.Sprintf("cpu-%d", i), "12", func(p *corev1.Pod) { p.Finalizers = []string{finalizer} })
+	}
+	e.hpGang("hp", 2, "10", 0, nil)
+	var target string
+	e.eventually(30*time.Second, "hp-0 nominated", func(ctx context.Context) (bool, error) {
+		p, err := e.client.CoreV1().Pods("default").Get(ctx, "hp-0", metav1.GetOptions{})
+		target = p.Status.NominatedNodeName
+		return target != "", err
+	})
+	// A pod bound by name takes the room on hp-0's node; equal priority,
+	// so it is no victim either.
+	squatter := testutil.MakePod("squatter").Req("10", "8Gi").Obj()
+	squatter.Spec.NodeName = target
+	squatter.Spec.PriorityClassName = "high-priority"
+	e.createPod(squatter)
+	e.waitRunning("default", "squatter")
+	for _, name := range lows {
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := e.client.CoreV1().Pods("default").Patch(e.ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cr := e.crClient()
+	e.eventually(60*time.Second, "PodGroup reports the cleared nominations", func(ctx context.Context) (bool, error) {
+		var pg schedulingv1alpha1.PodGroup
+		if err := cr.Get(ctx, client.ObjectKey{Namespace: "default", Name: "hp"}, &pg); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)
+		return c != nil && strings.Contains(c.Message, "the room an earlier preemption made could not be used"), nil
+	})
+	time.Sleep(2 * time.Second)
+	survivors := e.survivors(lows...)
+	if len(survivors) != 1 {
+		t.Errorf("low-priority pods left %v, want exactly the one the first round spared", survivors)
+	}
+	for i := 0; i < 2; i++ {
+		p, err := e.client.CoreV1().Pods("default").Get(e.ctx, fmt.Sprintf("hp-%d", i), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.NodeName != "" || p.Status.NominatedNodeName != "" {
+			t.Errorf("hp-%d: node %q, nominated %q; want neither", i, p.Spec.NodeName, p.Status.NominatedNodeName)
+		}
+	}
+}
