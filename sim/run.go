@@ -22,6 +22,10 @@ const (
 type RunOptions struct {
 	ClusterFile string
 	Manifests   []string
+	// Then are later steps: each is applied once the cluster has settled
+	// after the previous one (workloads that must be running before a
+	// preemptor arrives, for example).
+	Then []string
 	// Once exits after the report; otherwise the cluster keeps serving
 	// until ctx ends.
 	Once bool
@@ -70,6 +74,12 @@ func Run(ctx context.Context, o RunOptions) error {
 	if err != nil {
 		return err
 	}
+	steps := make([][]apply.Object, len(o.Then))
+	for i, p := range o.Then {
+		if steps[i], err = apply.ReadPaths([]string{p}); err != nil {
+			return err
+		}
+	}
 	s, err := Start(ctx, Config{Cluster: c, Dir: o.Dir})
 	if err != nil {
 		return err
@@ -81,15 +91,17 @@ func Run(ctx context.Context, o RunOptions) error {
 		}
 		logger.Info("Kubeconfig written", "path", o.KubeconfigOut)
 	}
-	if err := s.Apply(ctx, objs); err != nil {
-		return err
-	}
-	settled, err := s.WaitSettled(ctx, o.Quiet, o.Timeout)
-	if err != nil {
-		return err
-	}
-	if !settled {
-		logger.Info("Pods did not settle before the timeout; reporting the current state", "timeout", o.Timeout)
+	for i, step := range append([][]apply.Object{objs}, steps...) {
+		if err := s.Apply(ctx, step); err != nil {
+			return err
+		}
+		settled, err := s.WaitSettled(ctx, o.Quiet, o.Timeout)
+		if err != nil {
+			return err
+		}
+		if !settled {
+			logger.Info("Pods did not settle before the timeout; going on with the current state", "step", i, "timeout", o.Timeout)
+		}
 	}
 	r, err := s.Report(ctx)
 	if err != nil {

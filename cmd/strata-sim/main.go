@@ -18,10 +18,11 @@ import (
 	"github.com/strata-sh/strata/sim"
 )
 
-const usage = `Usage: strata-sim run --cluster CLUSTER.yaml -f MANIFEST [-f MANIFEST ...] [flags]
+const usage = `Usage: strata-sim run --cluster CLUSTER.yaml -f MANIFEST [-f MANIFEST ...] [--then MANIFEST ...] [flags]
 
 Boots a simulated cluster, applies the manifests, waits for pods to settle
-and prints where everything landed. Without --once it keeps serving; use
+(then applies each --then step and waits again) and prints where
+everything landed. Without --once it keeps serving; use
 --kubeconfig-out to point kubectl at it.
 
 Flags:
@@ -44,6 +45,7 @@ func run(args []string) error {
 	fs.Usage = func() { fmt.Fprint(os.Stderr, usage); fs.PrintDefaults() }
 	fs.StringVar(&opts.ClusterFile, "cluster", "", "cluster file (node groups and hardware)")
 	fs.StringArrayVarP(&opts.Manifests, "filename", "f", nil, "manifest file or directory to apply (repeatable)")
+	fs.StringArrayVar(&opts.Then, "then", nil, "manifest file or directory to apply once the cluster has settled after the previous step (repeatable, in order)")
 	fs.BoolVar(&opts.Once, "once", false, "exit after printing the report")
 	fs.StringVar(&opts.Format, "report", sim.FormatTable, "report format: table or json")
 	fs.StringVar(&opts.KubeconfigOut, "kubeconfig-out", "", "write an admin kubeconfig for the simulated cluster")

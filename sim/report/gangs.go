@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
@@ -32,10 +33,13 @@ type Gang struct {
 	// Domains lists, per layer of the ClusterNetworkTopology, the domains
 	// the running members are in: "BlockLayer=block-1".
 	Domains []string `json:"domains,omitempty"`
+	// Preempted is the message of the gang's latest job-level
+	// preemption: the cost and the jobs evicted for it.
+	Preempted string `json:"preempted,omitempty"`
 }
 
 // collectGangs reads PodGroups and places their members in the network.
-func collectGangs(ctx context.Context, dyn dynamic.Interface, pods []corev1.Pod, nodes []corev1.Node) ([]Gang, error) {
+func collectGangs(ctx context.Context, dyn dynamic.Interface, pods []corev1.Pod, nodes []corev1.Node, preemptions map[types.UID]corev1.Event) ([]Gang, error) {
 	list, err := dyn.Resource(schedulingv1alpha1.GroupVersion.WithResource("podgroups")).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, nil // no PodGroup CRD: no gangs to report
@@ -58,6 +62,9 @@ func collectGangs(ctx context.Context, dyn dynamic.Interface, pods []corev1.Pod,
 			return nil, fmt.Errorf("decode PodGroup %s: %w", u.GetName(), err)
 		}
 		g := Gang{Namespace: pg.Namespace, Name: pg.Name, MinMember: pg.Spec.MinMember}
+		if ev, ok := preemptions[pg.UID]; ok {
+			g.Preempted = ev.Message
+		}
 		if c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled); c != nil {
 			g.Scheduled = string(c.Status)
 			if c.Status != metav1.ConditionTrue {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/strata-sh/strata/scheduler-plugins/gang"
 	"github.com/strata-sh/strata/sim/node"
 )
 
@@ -181,7 +182,11 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 		}
 	}
 	if dyn != nil {
-		if r.Gangs, err = collectGangs(ctx, dyn, pods.Items, nodes.Items); err != nil {
+		preemptions, err := client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + gang.ReasonPreempted})
+		if err != nil {
+			return nil, fmt.Errorf("list events: %w", err)
+		}
+		if r.Gangs, err = collectGangs(ctx, dyn, pods.Items, nodes.Items, lastEvents(preemptions.Items)); err != nil {
 			return nil, err
 		}
 	}
@@ -306,11 +311,19 @@ func podReport(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim, fu
 // out scheduling failures: those are reported through the PodScheduled
 // condition.
 func lastWarnings(events []corev1.Event) map[types.UID]corev1.Event {
+	var kept []corev1.Event
+	for _, ev := range events {
+		if ev.Reason != "FailedScheduling" {
+			kept = append(kept, ev)
+		}
+	}
+	return lastEvents(kept)
+}
+
+// lastEvents returns the newest event of every object.
+func lastEvents(events []corev1.Event) map[types.UID]corev1.Event {
 	out := map[types.UID]corev1.Event{}
 	for _, ev := range events {
-		if ev.Reason == "FailedScheduling" {
-			continue
-		}
 		uid := ev.InvolvedObject.UID
 		if old, ok := out[uid]; !ok || eventTime(ev).After(eventTime(old).Time) {
 			out[uid] = ev

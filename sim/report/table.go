@@ -81,6 +81,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "  gang %s/%s: %s\n", g.Namespace, g.Name, oneLine(g.Message))
 		}
 	}
+	first := true
+	for _, g := range r.Gangs {
+		if g.Preempted == "" {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w, "\nPreempted for gangs:")
+			first = false
+		}
+		fmt.Fprintf(w, "  %s/%s: %s\n", g.Namespace, g.Name, oneLine(g.Preempted))
+	}
 	return nil
 }
 

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -21,6 +23,8 @@ import (
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
 	"github.com/strata-sh/strata/internal/testutil"
 	"github.com/strata-sh/strata/scheduler-plugins/config"
+	"github.com/strata-sh/strata/sim"
+	"github.com/strata-sh/strata/sim/report"
 )
 
 func cpuNodes(n int) string {
@@ -98,24 +102,48 @@ func (e *env) priorityClasses() {
 	e.applyFile(examplesDir + "/preemption/priorityclasses.yaml")
 }
 
-// TestPreemptionSeedScenario: the seeds' example as shipped. Each node has
-// 4 CPUs free and each worker needs 10: one low-priority pod per node is
-// evicted, no more, and both workers run.
+// TestPreemptionSeedScenario: the seeds' example as shipped, run the way
+// a user runs it: strata-sim with the high-priority job as a later step.
+// Each node has 4 CPUs free and each worker needs 10: one low-priority pod
+// per node is evicted, no more, both workers run, and the report says
+// what was evicted for the gang.
 func TestPreemptionSeedScenario(t *testing.T) {
-	e := startCluster(t, cpuNodes(2))
-	e.priorityClasses()
-	e.applyFile(examplesDir + "/preemption/low-priority-pods.yaml")
-	for i := 0; i < 4; i++ {
-		e.waitRunning("default", fmt.Sprintf("low-priority-%d", i))
+	const dir = examplesDir + "/preemption"
+	var out bytes.Buffer
+	err := sim.Run(context.Background(), sim.RunOptions{
+		ClusterFile: dir + "/cluster.yaml",
+		Manifests:   []string{dir + "/priorityclasses.yaml", dir + "/low-priority-pods.yaml"},
+		Then:        []string{dir + "/hp-training-job.yaml"},
+		Once:        true,
+		Format:      sim.FormatJSON,
+		Timeout:     time.Minute,
+		Quiet:       time.Second,
+		Out:         &out,
+	})
+	if err != nil {
+		t.Fatalf("strata-sim run: %v", err)
 	}
-	e.applyFile(examplesDir + "/preemption/hp-training-job.yaml")
-	pods := e.waitGangRunning("hp-training-job", 2)
-	if pods[0].Spec.NodeName == pods[1].Spec.NodeName {
-		t.Errorf("both workers on %s", pods[0].Spec.NodeName)
+	var r report.Report
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("decode report: %v\n%s", err, out.String())
 	}
-	left := e.survivors("low-priority-0", "low-priority-1", "low-priority-2", "low-priority-3")
-	if len(left) != 2 {
-		t.Errorf("low-priority pods left %v, want exactly one evicted per node", left)
+	workers, lows := map[string]string{}, map[string]int{}
+	for _, p := range r.Pods {
+		switch {
+		case strings.HasPrefix(p.Name, "hp-training-job-worker-") && p.Phase == "Running":
+			workers[p.Name] = p.Node
+		case strings.HasPrefix(p.Name, "low-priority-"):
+			lows[p.Node]++
+		}
+	}
+	if len(workers) != 2 || workers["hp-training-job-worker-0"] == workers["hp-training-job-worker-1"] {
+		t.Errorf("workers running on %v, want one on each node", workers)
+	}
+	if lows["cpu-0"] != 1 || lows["cpu-1"] != 1 {
+		t.Errorf("low-priority pods left per node %v, want exactly one evicted per node", lows)
+	}
+	if len(r.Gangs) != 1 || !strings.Contains(r.Gangs[0].Preempted, "evicting 2 jobs") {
+		t.Errorf("report gangs %+v, want the preemption of 2 jobs", r.Gangs)
 	}
 }
 
