@@ -225,27 +225,27 @@ func TestUnsatisfiableSelectorStaysPending(t *testing.T) {
 	}
 }
 
-// TestDemo runs what "make demo" runs and checks that every demo pod runs
-// with the devices its claims ask for.
-func TestDemo(t *testing.T) {
-	const dir = "../../deployments/examples/demo"
+// runSim runs strata-sim as "run --once --report json" with o's cluster
+// and manifests, and returns the report.
+func runSim(t *testing.T, o sim.RunOptions) *report.Report {
+	t.Helper()
 	var out bytes.Buffer
-	err := sim.Run(context.Background(), sim.RunOptions{
-		ClusterFile: dir + "/cluster.yaml",
-		Manifests:   []string{dir, examplesDir + "/nvidia", examplesDir + "/gang"},
-		Once:        true,
-		Format:      sim.FormatJSON,
-		Timeout:     time.Minute,
-		Quiet:       time.Second,
-		Out:         &out,
-	})
-	if err != nil {
+	o.Once, o.Format, o.Timeout, o.Quiet, o.Out = true, sim.FormatJSON, time.Minute, time.Second, &out
+	if err := sim.Run(context.Background(), o); err != nil {
 		t.Fatalf("strata-sim run: %v", err)
 	}
 	var r report.Report
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("decode report: %v\n%s", err, out.String())
 	}
+	return &r
+}
+
+// TestDemo runs what "make demo" runs and checks that every demo pod runs
+// with the devices its claims ask for.
+func TestDemo(t *testing.T) {
+	const dir = "../../deployments/examples/demo"
+	r := runSim(t, sim.RunOptions{ClusterFile: dir + "/cluster.yaml", Manifests: []string{dir, examplesDir + "/nvidia", examplesDir + "/gang"}})
 	want := map[string]struct {
 		nodePrefix string
 		devices    int

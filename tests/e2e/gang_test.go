@@ -89,6 +89,28 @@ func (e *env) gangPods(name string) []corev1.Pod {
 	return pods.Items
 }
 
+// waitPodGroup waits until the PodGroup and its Scheduled condition (nil
+// while it has none) satisfy ok.
+func (e *env) waitPodGroup(name, what string, timeout time.Duration, ok func(*schedulingv1alpha1.PodGroup, *metav1.Condition) bool) {
+	e.t.Helper()
+	cr := e.crClient()
+	e.eventually(timeout, what, func(ctx context.Context) (bool, error) {
+		var pg schedulingv1alpha1.PodGroup
+		if err := cr.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &pg); err != nil {
+			return false, err
+		}
+		return ok(&pg, meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)), nil
+	})
+}
+
+// waitGangMessage waits until the PodGroup's Scheduled condition says want.
+func (e *env) waitGangMessage(name, want string, timeout time.Duration) {
+	e.t.Helper()
+	e.waitPodGroup(name, "PodGroup "+name+" says "+want, timeout, func(_ *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
+		return c != nil && strings.Contains(c.Message, want)
+	})
+}
+
 func (e *env) waitGangRunning(name string, n int) []corev1.Pod {
 	e.t.Helper()
 	var pods []corev1.Pod
@@ -161,15 +183,10 @@ func TestTrainingJobExampleLandsInOneBlock(t *testing.T) {
 	if blocks := e.blocksOf(pods); len(blocks) != 1 {
 		t.Errorf("training job spread over blocks %v although one block holds it", blocks)
 	}
-	cr := e.crClient()
-	e.eventually(30*time.Second, "PodGroup scheduled and running", func(ctx context.Context) (bool, error) {
-		var pg schedulingv1alpha1.PodGroup
-		if err := cr.Get(ctx, client.ObjectKey{Namespace: "default", Name: "training-job"}, &pg); err != nil {
-			return false, err
-		}
-		c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)
-		return c != nil && c.Status == metav1.ConditionTrue && pg.Status.Running == 8 && pg.Status.Phase == schedulingv1alpha1.PodGroupRunning, nil
+	e.waitPodGroup("training-job", "PodGroup scheduled and running", 30*time.Second, func(pg *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
+		return c != nil && c.Status == metav1.ConditionTrue && pg.Status.Running == 8 && pg.Status.Phase == schedulingv1alpha1.PodGroupRunning
 	})
+	cr := e.crClient()
 	e.eventually(30*time.Second, "topology status lists both blocks", func(ctx context.Context) (bool, error) {
 		var topo topologyv1alpha1.ClusterNetworkTopology
 		if err := cr.Get(ctx, client.ObjectKey{Name: "default"}, &topo); err != nil {
@@ -194,19 +211,13 @@ func TestGangSpreadsOnlyWhenNoBlockFits(t *testing.T) {
 	e.occupy([]string{"gpu-0", "gpu-1", "gpu-4", "gpu-5"}, 8)
 
 	e.gang("must", 6, 6, 4, preferBlock("MustGather"))
-	cr := e.crClient()
 	var msg string
-	e.eventually(30*time.Second, "MustGather gang explained", func(ctx context.Context) (bool, error) {
-		var pg schedulingv1alpha1.PodGroup
-		if err := cr.Get(ctx, client.ObjectKey{Namespace: "default", Name: "must"}, &pg); err != nil {
-			return false, err
-		}
-		c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)
+	e.waitPodGroup("must", "MustGather gang explained", 30*time.Second, func(_ *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
 		if c == nil || c.Status != metav1.ConditionFalse {
-			return false, nil
+			return false
 		}
 		msg = c.Message
-		return true, nil
+		return true
 	})
 	for _, want := range []string{"6 pods do not fit in any BlockLayer domain", "of 6 pods fit", "4×nvidia-gpu.strata.sh"} {
 		if !strings.Contains(msg, want) {
@@ -285,15 +296,7 @@ func TestGangNeedsFreeDevicesNotJustCPU(t *testing.T) {
 	e := startCluster(t, twoBlocks(2))
 	e.occupy([]string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}, 1)
 	e.gang("big", 2, 2, 8, nil)
-	cr := e.crClient()
-	e.eventually(30*time.Second, "gang explained", func(ctx context.Context) (bool, error) {
-		var pg schedulingv1alpha1.PodGroup
-		if err := cr.Get(ctx, client.ObjectKey{Namespace: "default", Name: "big"}, &pg); err != nil {
-			return false, err
-		}
-		c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)
-		return c != nil && strings.Contains(c.Message, "short of DRA devices"), nil
-	})
+	e.waitGangMessage("big", "short of DRA devices", 30*time.Second)
 	if n := boundCount(e.gangPods("big")); n != 0 {
 		t.Fatalf("%d members bound on nodes without 8 free GPUs", n)
 	}

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -13,18 +11,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
 	"github.com/strata-sh/strata/internal/testutil"
 	"github.com/strata-sh/strata/scheduler-plugins/config"
 	"github.com/strata-sh/strata/sim"
-	"github.com/strata-sh/strata/sim/report"
 )
 
 func cpuNodes(n int) string {
@@ -109,24 +104,11 @@ func (e *env) priorityClasses() {
 // what was evicted for the gang.
 func TestPreemptionSeedScenario(t *testing.T) {
 	const dir = examplesDir + "/preemption"
-	var out bytes.Buffer
-	err := sim.Run(context.Background(), sim.RunOptions{
+	r := runSim(t, sim.RunOptions{
 		ClusterFile: dir + "/cluster.yaml",
 		Manifests:   []string{dir + "/priorityclasses.yaml", dir + "/low-priority-pods.yaml"},
 		Then:        []string{dir + "/hp-training-job.yaml"},
-		Once:        true,
-		Format:      sim.FormatJSON,
-		Timeout:     time.Minute,
-		Quiet:       time.Second,
-		Out:         &out,
 	})
-	if err != nil {
-		t.Fatalf("strata-sim run: %v", err)
-	}
-	var r report.Report
-	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-		t.Fatalf("decode report: %v\n%s", err, out.String())
-	}
 	workers, lows := map[string]string{}, map[string]int{}
 	for _, p := range r.Pods {
 		switch {
@@ -155,15 +137,7 @@ func TestPreemptionEvictsNothingWhenHopeless(t *testing.T) {
 	e.lowPod("low-a", "cpu-0", "6")
 	e.lowPod("low-b", "cpu-1", "6")
 	e.hpGang("too-big", 3, "10", 0, nil) // three 10-CPU workers, two 16-CPU nodes
-	cr := e.crClient()
-	e.eventually(30*time.Second, "gang explains it cannot preempt", func(ctx context.Context) (bool, error) {
-		var pg schedulingv1alpha1.PodGroup
-		if err := cr.Get(ctx, client.ObjectKey{Namespace: "default", Name: "too-big"}, &pg); err != nil {
-			return false, err
-		}
-		c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)
-		return c != nil && strings.Contains(c.Message, "would not make room either, so nothing was evicted"), nil
-	})
+	e.waitGangMessage("too-big", "would not make room either, so nothing was evicted", 30*time.Second)
 	time.Sleep(2 * time.Second)
 	if left := e.survivors("low-a", "low-b"); len(left) != 2 {
 		t.Errorf("pods evicted for a gang that cannot fit: left %v", left)
@@ -386,15 +360,7 @@ func TestUnusableRoomClearsNominations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cr := e.crClient()
-	e.eventually(60*time.Second, "PodGroup reports the cleared nominations", func(ctx context.Context) (bool, error) {
-		var pg schedulingv1alpha1.PodGroup
-		if err := cr.Get(ctx, client.ObjectKey{Namespace: "default", Name: "hp"}, &pg); err != nil {
-			return false, err
-		}
-		c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)
-		return c != nil && strings.Contains(c.Message, "the room an earlier preemption made could not be used"), nil
-	})
+	e.waitGangMessage("hp", "the room an earlier preemption made could not be used", 60*time.Second)
 	time.Sleep(2 * time.Second)
 	survivors := e.survivors(lows...)
 	if len(survivors) != 1 {
