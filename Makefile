@@ -6,10 +6,10 @@ GO ?= go
 export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 
-K8S_VERSION := v1.36.3
+K8S_VERSION := v1.37.2
 LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
            -X k8s.io/component-base/version.gitMajor=1 \
-           -X k8s.io/component-base/version.gitMinor=36
+           -X k8s.io/component-base/version.gitMinor=37
 
 DEMO_DIR := deployments/examples/demo
 
@@ -42,7 +42,7 @@ unit:
 e2e:
 	$(GO) test -count=1 -timeout 30m ./tests/...
 
-CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.22.0
+CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 
 ## generate: deepcopy code of the API types and CRD manifests.
 generate:

@@ -88,6 +88,9 @@ type Driver struct {
 	mu        sync.Mutex
 	state     *checkpointData
 	inventory *Inventory
+	// published is closed and replaced at every publish; health watchers
+	// wait on it.
+	published chan struct{}
 }
 
 // Start recovers the checkpoint, discovers devices, starts the DRA and
@@ -198,6 +201,7 @@ func (d *Driver) publish(ctx context.Context) error {
 	d.mu.Lock()
 	resources, err := driverResources(d.cfg.NodeName, d.inventory)
 	d.updateDeviceGaugesLocked()
+	d.notifyPublishedLocked()
 	d.mu.Unlock()
 	if err != nil {
 		return err

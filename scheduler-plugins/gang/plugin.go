@@ -10,7 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
-	schedulinglisters "k8s.io/client-go/listers/scheduling/v1alpha2"
+	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
 	"k8s.io/client-go/tools/cache"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -130,7 +130,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		satisfied:   map[string]bool{},
 	}
 	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
-		p.upstream = h.SharedInformerFactory().Scheduling().V1alpha2().PodGroups().Lister()
+		p.upstream = h.SharedInformerFactory().Scheduling().V1beta1().PodGroups().Lister()
 	}
 	p.status = newStatusWriter(ctx, p.src, h.EventRecorder())
 	// Without the GangScheduling feature gate kube-scheduler does not
@@ -206,7 +206,7 @@ func (p *Plugin) specByKey(key string, member *corev1.Pod) *gangSpec {
 
 // upstreamPodGroup returns a scheduling.k8s.io/v1alpha2 PodGroup when the
 // cluster serves that API (GenericWorkload gate), else nil.
-func (p *Plugin) upstreamPodGroup(namespace, name string) *schedulingv1alpha2.PodGroup {
+func (p *Plugin) upstreamPodGroup(namespace, name string) *schedulingv1beta1.PodGroup {
 	if p.upstream == nil {
 		return nil
 	}
@@ -232,28 +232,48 @@ func (p *Plugin) members(key string) []*corev1.Pod {
 
 // Less implements fwk.QueueSortPlugin: priority first, then the gang's
 // (or pod's) age, then the gang, so that the members of a gang — and the
-// gangs of a group — are popped one after another.
-func (p *Plugin) Less(a, b fwk.QueuedPodInfo) bool {
-	pa, pb := a.GetPodInfo().GetPod(), b.GetPodInfo().GetPod()
-	if x, y := corev1helpers.PodPriority(pa), corev1helpers.PodPriority(pb); x != y {
+// gangs of a group — are popped one after another. With the upstream
+// workload API on, the queue also holds whole pod groups, which sort by
+// their PodGroup the same way.
+func (p *Plugin) Less(a, b fwk.QueuedEntityInfo) bool {
+	if x, y := a.GetPriority(), b.GetPriority(); x != y {
 		return x > y
 	}
-	ta, ka := p.sortKey(a)
-	tb, kb := p.sortKey(b)
+	ta, ka, na := p.sortKey(a)
+	tb, kb, nb := p.sortKey(b)
 	if !ta.Equal(tb) {
 		return ta.Before(tb)
 	}
 	if ka != kb {
 		return ka < kb
 	}
-	return pa.Name < pb.Name
+	return na < nb
 }
 
-func (p *Plugin) sortKey(q fwk.QueuedPodInfo) (time.Time, string) {
-	pod := q.GetPodInfo().GetPod()
-	key := gangKeyOf(pod)
+// queuedPod and queuedGroup are what the scheduler's queued entities
+// expose besides fwk.QueuedEntityInfo: a pod, or a pod group's identity.
+type (
+	queuedPod   interface{ GetPodInfo() fwk.PodInfo }
+	queuedGroup interface {
+		GetNamespace() string
+		GetName() string
+	}
+)
+
+// sortKey returns the time a queued entity sorts by, its gang group and a
+// name that breaks the remaining ties.
+func (p *Plugin) sortKey(q fwk.QueuedEntityInfo) (time.Time, string, string) {
+	var pod *corev1.Pod
+	var key, name string
+	switch e := q.(type) {
+	case queuedPod:
+		pod = e.GetPodInfo().GetPod()
+		key, name = gangKeyOf(pod), pod.Name
+	case queuedGroup:
+		key, name = e.GetNamespace()+"/"+e.GetName(), e.GetName()
+	}
 	if key == "" {
-		return q.GetTimestamp(), ""
+		return q.GetTimestamp(), "", name
 	}
 	g := p.specByKey(key, pod)
 	t := g.created.Time
@@ -261,12 +281,12 @@ func (p *Plugin) sortKey(q fwk.QueuedPodInfo) (time.Time, string) {
 		if k == key {
 			continue
 		}
-		ns, name, _ := cache.SplitMetaNamespaceKey(k)
-		if pg := p.src.podGroup(ns, name); pg != nil && pg.CreationTimestamp.Before(&g.created) {
+		ns, n, _ := cache.SplitMetaNamespaceKey(k)
+		if pg := p.src.podGroup(ns, n); pg != nil && pg.CreationTimestamp.Before(&g.created) {
 			t = pg.CreationTimestamp.Time
 		}
 	}
-	return t, g.group[0]
+	return t, g.group[0], name
 }
 
 // PreEnqueue implements fwk.PreEnqueuePlugin: a gang pod waits outside the

@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
 	"github.com/strata-sh/strata/internal/decode"
@@ -230,7 +230,7 @@ func (g *gangSpec) fill(namespace string, ann map[string]string) {
 // specFromUpstream reads a gang from an upstream PodGroup
 // (scheduling.k8s.io/v1alpha2): minCount from the gang policy, and the
 // topology constraint's label key as a MustGather rule.
-func specFromUpstream(pg *schedulingv1alpha2.PodGroup) *gangSpec {
+func specFromUpstream(pg *schedulingv1beta1.PodGroup) *gangSpec {
 	g := &gangSpec{
 		key:         pg.Namespace + "/" + pg.Name,
 		minMember:   1,

@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -99,11 +99,11 @@ func TestGangKeyOf(t *testing.T) {
 }
 
 func TestSpecFromUpstream(t *testing.T) {
-	g := specFromUpstream(&schedulingv1alpha2.PodGroup{
+	g := specFromUpstream(&schedulingv1beta1.PodGroup{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "wl"},
-		Spec: schedulingv1alpha2.PodGroupSpec{
-			SchedulingPolicy:      schedulingv1alpha2.PodGroupSchedulingPolicy{Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: 4}},
-			SchedulingConstraints: &schedulingv1alpha2.PodGroupSchedulingConstraints{Topology: []schedulingv1alpha2.TopologyConstraint{{Key: "topology.kubernetes.io/rack"}}},
+		Spec: schedulingv1beta1.PodGroupSpec{
+			SchedulingPolicy:      schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 4}},
+			SchedulingConstraints: &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: "topology.kubernetes.io/rack"}}},
 		},
 	})
 	if g.minMember != 4 || g.labelKey != "topology.kubernetes.io/rack" || !g.upstream {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/scale"
 	"k8s.io/controller-manager/pkg/informerfactory"
+	"k8s.io/kubernetes/pkg/controller/devicetainteviction"
 	"k8s.io/kubernetes/pkg/controller/disruption"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
 
@@ -31,7 +32,8 @@ import (
 // deallocates unreserved claims; the garbage collector deletes generated
 // claims (and any other dependents) once their owner is gone; the
 // disruption controller keeps PodDisruptionBudget status, which preemption
-// reads.
+// reads; the device-taint eviction controller evicts pods from devices
+// with NoExecute taints.
 func startControllers(ctx context.Context, config *restclient.Config, client kubernetes.Interface) error {
 	if err := startGarbageCollector(ctx, config, client); err != nil {
 		return err
@@ -39,22 +41,23 @@ func startControllers(ctx context.Context, config *restclient.Config, client kub
 	if err := startDisruptionController(ctx, config, client); err != nil {
 		return err
 	}
+	if err := startResourceClaimController(ctx, client); err != nil {
+		return err
+	}
+	return startDeviceTaintEviction(ctx, client)
+}
+
+func startResourceClaimController(ctx context.Context, client kubernetes.Interface) error {
 	logger := klog.LoggerWithName(klog.FromContext(ctx), "resourceclaim-controller")
 	factory := informers.NewSharedInformerFactory(client, 0)
-	workloadClaims := utilfeature.DefaultFeatureGate.Enabled(features.DRAWorkloadResourceClaims)
-	// The PodGroup informer is only used with workload claims; taking it
-	// from a factory that is never started keeps it from listing an API
-	// that may not be served.
-	podGroups := informers.NewSharedInformerFactory(client, 0).Scheduling().V1alpha2().PodGroups()
-	if workloadClaims {
-		podGroups = factory.Scheduling().V1alpha2().PodGroups()
+	// The PodGroup informer is only used with the workload API; taking it
+	// from a factory that is never started otherwise keeps it from
+	// listing an API that may not be served.
+	podGroups := informers.NewSharedInformerFactory(client, 0).Scheduling().V1beta1().PodGroups()
+	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+		podGroups = factory.Scheduling().V1beta1().PodGroups()
 	}
 	ctrl, err := resourceclaim.NewController(logger,
-		resourceclaim.Features{
-			AdminAccess:            utilfeature.DefaultFeatureGate.Enabled(features.DRAAdminAccess),
-			PrioritizedList:        utilfeature.DefaultFeatureGate.Enabled(features.DRAPrioritizedList),
-			WorkloadResourceClaims: workloadClaims,
-		},
 		client,
 		factory.Core().V1().Pods(),
 		podGroups,
@@ -66,6 +69,30 @@ func startControllers(ctx context.Context, config *restclient.Config, client kub
 	}
 	factory.Start(ctx.Done())
 	go ctrl.Run(klog.NewContext(ctx, logger), 10)
+	return nil
+}
+
+// startDeviceTaintEviction runs the device-taint eviction controller (GA
+// in 1.37): pods whose allocated devices carry a NoExecute taint, from a
+// driver's slice or a DeviceTaintRule, and do not tolerate it are
+// evicted, so that their claims are released and unprepared.
+func startDeviceTaintEviction(ctx context.Context, client kubernetes.Interface) error {
+	logger := klog.LoggerWithName(klog.FromContext(ctx), "device-taint-eviction-controller")
+	ctx = klog.NewContext(ctx, logger)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	ctrl := devicetainteviction.New(client,
+		factory.Core().V1().Pods(),
+		factory.Resource().V1().ResourceClaims(),
+		factory.Resource().V1().ResourceSlices(),
+		factory.Resource().V1().DeviceTaintRules(),
+		factory.Resource().V1().DeviceClasses(),
+		"device-taint-eviction-controller")
+	factory.Start(ctx.Done())
+	go func() {
+		if err := ctrl.Run(ctx, 10); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Device taint eviction stopped")
+		}
+	}()
 	return nil
 }
 
@@ -114,6 +141,6 @@ func startDisruptionController(ctx context.Context, config *restclient.Config, c
 		factory.Apps().V1().StatefulSets(),
 		client, mapper, scales, client.Discovery())
 	factory.Start(ctx.Done())
-	go dc.Run(ctx)
+	go dc.Run(ctx, 1)
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -42,14 +42,14 @@ func TestUpstreamWorkloadAPI(t *testing.T) {
 	})
 	e.occupy([]string{"gpu-0"}, 8) // block-0 keeps one free node, block-1 two
 	upstreamGang := func(name string, members int) {
-		pg := &schedulingv1alpha2.PodGroup{
+		pg := &schedulingv1beta1.PodGroup{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-			Spec: schedulingv1alpha2.PodGroupSpec{
-				SchedulingPolicy:      schedulingv1alpha2.PodGroupSchedulingPolicy{Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: int32(members)}},
-				SchedulingConstraints: &schedulingv1alpha2.PodGroupSchedulingConstraints{Topology: []schedulingv1alpha2.TopologyConstraint{{Key: blockLabel}}},
+			Spec: schedulingv1beta1.PodGroupSpec{
+				SchedulingPolicy:      schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: int32(members)}},
+				SchedulingConstraints: &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: blockLabel}}},
 			},
 		}
-		if _, err := e.client.SchedulingV1alpha2().PodGroups("default").Create(e.ctx, pg, metav1.CreateOptions{}); err != nil {
+		if _, err := e.client.SchedulingV1beta1().PodGroups("default").Create(e.ctx, pg, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create upstream PodGroup: %v", err)
 		}
 		e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 8).Template("default", name))
