@@ -34,7 +34,7 @@ type options struct {
 	fabricPartitions, hamiLibrary   string
 	mpsControl                      string
 	metricsAddress                  string
-	dynamicMIG                      bool
+	migMode, nvidiaSMI              string
 }
 
 func main() {
@@ -54,7 +54,8 @@ func main() {
 	fs.StringVar(&o.hamiLibrary, "hami-core-library", nvidia.DefaultHAMiCoreLibrary, "host path of HAMi-core's libvgpu.so for shared GPUs")
 	fs.StringVar(&o.mpsControl, "mps-control", "nvidia-cuda-mps-control", "MPS control program; empty disables MPS sharing")
 	fs.StringVar(&o.metricsAddress, "metrics-address", ":9401", "address to serve Prometheus metrics on; empty disables")
-	fs.BoolVar(&o.dynamicMIG, "dynamic-mig", false, "publish every MIG placement and create MIG instances on demand")
+	fs.StringVar(&o.migMode, "mig-mode", string(nvidia.MIGStatic), "static: publish the MIG instances an operator made, never create or destroy one; dynamic: publish every MIG placement and create instances per claim")
+	fs.StringVar(&o.nvidiaSMI, "nvidia-smi", "nvidia-smi", "nvidia-smi program, used to set GPU time slices for TimeSlicing claims; empty refuses intervals other than Default")
 	_ = fs.Parse(os.Args[1:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -77,10 +78,17 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	mode, err := nvidia.ParseMIGMode(o.migMode)
+	if err != nil {
+		return fmt.Errorf("--mig-mode: %w", err)
+	}
 	cfg := nvidia.Config{
 		NVML: nvml.New(), SysfsRoot: o.sysfsRoot, ProcRoot: o.procRoot, DevRoot: o.devRoot,
 		StateDir: o.pluginDir, FabricPartitionsFile: o.fabricPartitions, HAMiCoreLibrary: o.hamiLibrary,
-		DynamicMIG: o.dynamicMIG,
+		MIG: mode,
+	}
+	if o.nvidiaSMI != "" {
+		cfg.TimeSlice = nvidia.ExecTimeSlice{Binary: o.nvidiaSMI}
 	}
 	if o.mpsControl != "" {
 		cfg.MPS = nvidia.ExecMPS{Binary: o.mpsControl, StateDir: o.pluginDir}

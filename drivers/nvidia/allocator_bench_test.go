@@ -70,7 +70,7 @@ func strataClasses(b *testing.B) classLister {
 }
 
 // nodeInventory discovers one DGX H100 through the real backend.
-func nodeInventory(b *testing.B, dynamicMIG bool) *plugin.Inventory {
+func nodeInventory(b *testing.B, migMode MIGMode) *plugin.Inventory {
 	root := b.TempDir()
 	m := hardware.DGXH100()
 	if err := hardware.WriteNode(root, m, "boot"); err != nil {
@@ -81,7 +81,7 @@ func nodeInventory(b *testing.B, dynamicMIG bool) *plugin.Inventory {
 		b.Fatal(err)
 	}
 	backend, err := New(Config{NVML: srv, SysfsRoot: filepath.Join(root, "sys"), ProcRoot: filepath.Join(root, "proc"),
-		FabricPartitionsFile: filepath.Join(root, hardware.FabricPartitionsFile), DynamicMIG: dynamicMIG})
+		FabricPartitionsFile: filepath.Join(root, hardware.FabricPartitionsFile), MIG: migMode})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -156,8 +156,8 @@ func benchClaims() map[string]*resourceapi.ResourceClaim {
 // BenchmarkAllocateClaim: layout (full | whole-only) × claim × nodes.
 func BenchmarkAllocateClaim(b *testing.B) {
 	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
-	def := nodeInventory(b, false)
-	layouts := map[string]*plugin.Inventory{"whole-only": wholeOnly(def), "default": def, "dynamic-mig": nodeInventory(b, true)}
+	def := nodeInventory(b, MIGStatic)
+	layouts := map[string]*plugin.Inventory{"whole-only": wholeOnly(def), "default": def, "dynamic-mig": nodeInventory(b, MIGDynamic)}
 	classes := strataClasses(b)
 	features := structured.Features{ConsumableCapacity: true, DeviceTaints: true, PartitionableDevices: true, PrioritizedList: true}
 	celCache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: true})

@@ -1,11 +1,12 @@
 // Package nvidia is the NVIDIA GPU backend of Strata's kubelet plugin
 // (driver nvidia.strata.sh). It discovers GPUs through NVML and sysfs and
-// publishes each GPU three ways: as a whole device, as a shared device
-// with consumable capacity, and as one device per MIG placement, all
-// drawing on the GPU's shared counters so that they exclude each other. It
-// prepares them for containers through CDI: MIG instances are created and
-// destroyed with NVML, shared GPUs get HAMi-core, MPS or time-slicing
-// limits.
+// publishes each GPU as one device with consumable capacity, used whole or
+// shared, and MIG as the MIG mode of the node says: static (the existing
+// instances, made by an operator) or dynamic (one device per MIG
+// placement, drawing on the GPU's shared counters so that whole, shared
+// and MIG use exclude each other). It prepares devices for containers
+// through CDI: dynamic MIG instances are created and destroyed with NVML,
+// shared GPUs get HAMi-core, MPS or time-slicing limits.
 package nvidia
 
 import (
@@ -62,10 +63,11 @@ type Config struct {
 	HAMiCoreLibrary string
 	// MPS starts and stops MPS control daemons; nil disables MPS sharing.
 	MPS MPSControl
-	// DynamicMIG publishes every MIG placement of MIG-capable GPUs and
-	// creates instances on demand. It adds counter slices, which cost the
-	// scheduler in proportion to the number of such nodes (docs/nvidia.md).
-	DynamicMIG bool
+	// MIG says who manages MIG instances: static (default) or dynamic.
+	MIG MIGMode
+	// TimeSlice sets GPU time slices for TimeSlicing claims; nil refuses
+	// an interval other than Default.
+	TimeSlice TimeSliceControl
 	// HealthInterval is how often GPUs are probed; XIDHoldDown is how long
 	// a critical XID keeps a GPU tainted after the last occurrence.
 	HealthInterval time.Duration
@@ -80,18 +82,30 @@ type Backend struct {
 	devs   devNumbers
 	health *healthState
 
-	// mu guards devices, mpsUsers and the hardware changes of prepare and
-	// unprepare.
+	// mu guards devices, the users of sharing mechanisms, recorded and
+	// the hardware changes of prepare and unprepare.
 	mu          sync.Mutex
 	devices     map[string]*device
 	mpsUsers    map[string]int // GPU name -> claims using its MPS daemon
 	nonMPSUsers map[string]int // GPU name -> other claims sharing it
+	// timeSliced counts the claims time-slicing each GPU, and the
+	// interval they set.
+	timeSliced map[string]timeSliceUse
+	// recorded names the MIG placement devices the checkpoint says the
+	// plugin prepared or was preparing: in dynamic mode an instance on
+	// such a placement is the plugin's own, every other one is left
+	// alone.
+	recorded map[string]bool
+	// layout fingerprints the MIG state that shapes the published devices
+	// (MIG mode and instances the plugin did not make).
+	layout string
 }
 
 var (
 	_ plugin.Backend       = (*Backend)(nil)
 	_ plugin.Reconciler    = (*Backend)(nil)
 	_ plugin.HealthWatcher = (*Backend)(nil)
+	_ plugin.Restorer      = (*Backend)(nil)
 )
 
 // New initialises NVML and discovers the GPUs.
@@ -114,6 +128,11 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.XIDHoldDown == 0 {
 		cfg.XIDHoldDown = DefaultXIDHoldDown
 	}
+	mode, err := ParseMIGMode(string(cfg.MIG))
+	if err != nil {
+		return nil, err
+	}
+	cfg.MIG = mode
 	if ret := cfg.NVML.Init(); ret != nvml.SUCCESS {
 		return nil, nvmlError("init", ret)
 	}
@@ -133,7 +152,8 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: cfg, gpus: gpus, byName: map[string]*gpu{}, devs: devs, mpsUsers: map[string]int{}, nonMPSUsers: map[string]int{}}
+	b := &Backend{cfg: cfg, gpus: gpus, byName: map[string]*gpu{}, devs: devs,
+		mpsUsers: map[string]int{}, nonMPSUsers: map[string]int{}, timeSliced: map[string]timeSliceUse{}, recorded: map[string]bool{}}
 	for _, g := range gpus {
 		g.partitions = parts[g.topology.BusID]
 		b.byName[g.name] = g
@@ -146,59 +166,133 @@ func New(cfg Config) (*Backend, error) {
 func (b *Backend) Close() { b.cfg.NVML.Shutdown() }
 
 // Discover implements plugin.Backend. GPUs are enumerated once at start;
-// what changes afterwards is their health, which becomes device taints.
+// what changes afterwards is their health, which becomes device taints,
+// and their MIG layout (static mode, or instances the plugin did not
+// make), which changes the devices.
 func (b *Backend) Discover(_ context.Context) (*plugin.Inventory, error) {
-	set, err := buildDevices(b.gpus, b.health.taints(), b.cfg.DynamicMIG)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	views, fingerprint, err := b.viewsLocked()
 	if err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
+	set, err := buildDevices(b.gpus, views, b.health.taints(), b.cfg.MIG)
+	if err != nil {
+		return nil, err
+	}
 	b.devices = set.byName
-	b.mu.Unlock()
+	b.layout = fingerprint
 	return &plugin.Inventory{Devices: set.devices, SharedCounters: set.counters}, nil
+}
+
+// viewsLocked reads the MIG mode and instances of every MIG-capable GPU,
+// and fingerprints what of it shapes the published devices.
+func (b *Backend) viewsLocked() (map[string]gpuView, string, error) {
+	views := map[string]gpuView{}
+	var fp strings.Builder
+	for _, g := range b.gpus {
+		if g.mig == nil {
+			continue
+		}
+		enabled, err := migEnabled(g)
+		if err != nil {
+			return nil, "", err
+		}
+		instances, err := listInstances(g)
+		if err != nil {
+			return nil, "", err
+		}
+		v := gpuView{migEnabled: enabled}
+		for _, inst := range instances {
+			if b.cfg.MIG == MIGDynamic && b.recorded[migDeviceName(g, inst.profile, inst.placement)] {
+				v.own = append(v.own, inst)
+			} else {
+				v.foreign = append(v.foreign, inst)
+			}
+		}
+		views[g.name] = v
+		fmt.Fprintf(&fp, "%s:", g.name)
+		if b.cfg.MIG == MIGStatic {
+			fmt.Fprintf(&fp, "%t:", enabled)
+		}
+		for _, f := range v.foreign {
+			fmt.Fprintf(&fp, "%s@%d/%d/%d,", f.profile.name, f.placement.Start, f.gi, f.ci)
+		}
+		fp.WriteString(";")
+	}
+	return views, fp.String(), nil
+}
+
+// layoutChanged reports whether the MIG layout moved since the last
+// Discover, for the health watch to republish.
+func (b *Backend) layoutChanged() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, fp, err := b.viewsLocked()
+	return err == nil && fp != b.layout
+}
+
+// Restore implements plugin.Restorer: before the first Discover the
+// plugin hands over every claim of its checkpoint, prepared or being
+// prepared, so that in dynamic mode the instances on their placements are
+// known to be the plugin's own (an interrupted prepare may have made one)
+// and everything else is left alone.
+func (b *Backend) Restore(_ context.Context, claims []plugin.ClaimState) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.recorded = recordedDevices(claims)
+}
+
+func recordedDevices(claims []plugin.ClaimState) map[string]bool {
+	out := map[string]bool{}
+	for _, c := range claims {
+		for _, d := range c.Devices {
+			out[d.Device] = true
+		}
+	}
+	return out
 }
 
 // deviceState is what the checkpoint keeps about a prepared device.
 type deviceState struct {
 	Kind deviceKind `json:"kind"`
 	// GPUInstance and ComputeInstance are the ids of a MIG device's
-	// instances.
+	// instances; Created says the plugin made them for this claim (dynamic
+	// mode) and destroys them at unprepare.
 	GPUInstance     *uint32 `json:"gpuInstance,omitempty"`
 	ComputeInstance *uint32 `json:"computeInstance,omitempty"`
-	// Strategy is a shared device's isolation.
-	Strategy string `json:"strategy,omitempty"`
+	Created         bool    `json:"created,omitempty"`
+	// Strategy is a shared device's isolation, and TimeSlice the interval
+	// a TimeSlicing claim set.
+	Strategy  string `json:"strategy,omitempty"`
+	TimeSlice string `json:"timeSlice,omitempty"`
 }
 
 // Prepare implements plugin.Backend. Devices are prepared in order; if
-// one fails, the ones before it are released again.
+// one fails, the ones before it are released again. Every device carries
+// its own edits — device nodes and, for a shared GPU, its limits — so a
+// container that uses one request of a claim sees only that request's
+// devices; the claim-wide edits are the control devices every CUDA
+// process needs.
 func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plugin.PrepareResponse, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	resp := &plugin.PrepareResponse{Common: b.controlEdits()}
 	claim := claimRef(req.Claim)
-	var visible []string
-	var shared []sharedDevice
-	for i, a := range req.Devices {
-		prepared, uuid, sd, err := b.prepareDevice(ctx, claim, a)
+	var mps int
+	for _, a := range req.Devices {
+		prepared, err := b.prepareDevice(ctx, claim, a)
+		if err == nil && sharingStrategy(stateOf(prepared).Strategy) == strategyMPS {
+			if mps++; mps > 1 {
+				err = errors.New("sharing: a claim may hold one MPS GPU (its clients connect to one MPS server)")
+				resp.Devices = append(resp.Devices, prepared)
+			}
+		}
 		if err != nil {
 			b.releaseLocked(ctx, claim, resp.Devices)
 			return nil, fmt.Errorf("device %s: %w", a.Device, err)
 		}
 		resp.Devices = append(resp.Devices, prepared)
-		visible = append(visible, uuid)
-		if sd != nil {
-			sd.index = i
-			shared = append(shared, *sd)
-		}
-	}
-	resp.Common.Env = append(resp.Common.Env, "NVIDIA_VISIBLE_DEVICES="+strings.Join(visible, ","))
-	if len(shared) > 0 {
-		edits, err := b.sharingEdits(claim, shared)
-		if err != nil {
-			b.releaseLocked(ctx, claim, resp.Devices)
-			return nil, err
-		}
-		resp.Common = mergeEdits(resp.Common, edits)
 	}
 	return resp, nil
 }
@@ -241,63 +335,117 @@ var (
 	errSharingOnMIG = errors.New("sharing: only GPUs take a sharing configuration; this is a MIG device")
 )
 
-func (b *Backend) prepareDevice(ctx context.Context, claim plugin.ClaimRef, a plugin.AllocatedDevice) (plugin.PreparedDevice, string, *sharedDevice, error) {
+func (b *Backend) prepareDevice(ctx context.Context, claim plugin.ClaimRef, a plugin.AllocatedDevice) (plugin.PreparedDevice, error) {
+	out := plugin.PreparedDevice{Request: a.Request, Pool: a.Pool, Device: a.Device, ShareID: a.ShareID}
 	d, ok := b.devices[a.Device]
 	if !ok {
-		return plugin.PreparedDevice{}, "", nil, errNotOnNode
+		return out, errNotOnNode
 	}
 	cfg, err := decodeConfigs(a.Configs)
 	if err != nil {
-		return plugin.PreparedDevice{}, "", nil, err
+		return out, err
 	}
-	out := plugin.PreparedDevice{Request: a.Request, Pool: a.Pool, Device: a.Device, ShareID: a.ShareID}
 	st := deviceState{Kind: d.kind}
 	gpuNode := b.node(fmt.Sprintf("nvidia%d", d.gpu.minor), b.devs.nvidia, int64(d.gpu.minor))
-	uuid := d.gpu.uuid
-	var sd *sharedDevice
 	switch d.kind {
 	case kindGPU:
-		if err := b.setMIGMode(d.gpu, false); err != nil {
-			return out, "", nil, err
+		if err := b.wholeGPUReady(d.gpu); err != nil {
+			return out, err
 		}
 		s, err := b.sharedLimits(d, a, cfg)
 		if err != nil {
-			return out, "", nil, err
+			return out, err
 		}
 		out.Edits.DeviceNodes = []*cdispec.DeviceNode{gpuNode}
 		// All of the GPU and no sharing config: the claim has the GPU to
 		// itself and needs no limits.
-		if cfg.Sharing == nil && s.cores == sharedCores && s.memory == int64(d.gpu.memoryBytes) {
+		if cfg.Sharing == nil && s.reserved && s.cores == sharedCores && s.memory == int64(d.gpu.memoryBytes) {
 			break
 		}
-		if err := b.startSharing(ctx, d.gpu, s.strategy); err != nil {
-			return out, "", nil, err
+		if !s.reserved && cfg.Sharing == nil && s.memory == int64(d.gpu.memoryBytes) {
+			break // all memory, so nobody shares it
 		}
-		st.Strategy = string(s.strategy)
-		sd = &s
+		if err := b.startSharing(ctx, d.gpu, s); err != nil {
+			return out, err
+		}
+		st.Strategy, st.TimeSlice = string(s.strategy), string(s.timeSlice)
+		edits, err := b.sharingEdits(claim, s)
+		if err != nil {
+			_ = b.stopSharing(ctx, d.gpu, st)
+			return out, err
+		}
+		out.Edits = mergeEdits(out.Edits, edits)
 	case kindMIG:
 		if cfg.Sharing != nil {
-			return out, "", nil, errSharingOnMIG
+			return out, errSharingOnMIG
 		}
-		gi, ci, err := b.createMIG(ctx, d)
+		gi, ci, created, err := b.migInstance(ctx, d)
 		if err != nil {
-			return out, "", nil, err
+			return out, err
 		}
-		st.GPUInstance, st.ComputeInstance = &gi, &ci
+		st.GPUInstance, st.ComputeInstance, st.Created = &gi, &ci, created
 		nodes, err := b.migNodes(d.gpu, gi, ci)
 		if err != nil {
-			_ = b.destroyMIG(ctx, d, &gi)
-			return out, "", nil, err
+			if created {
+				_ = b.destroyMIG(ctx, d, &gi)
+			}
+			return out, err
 		}
 		out.Edits.DeviceNodes = append([]*cdispec.DeviceNode{gpuNode}, nodes...)
-		uuid = fmt.Sprintf("MIG-%s/%d/%d", d.gpu.uuid, gi, ci)
 	}
 	raw, err := json.Marshal(st)
 	if err != nil {
-		return out, "", nil, err
+		return out, err
 	}
 	out.State = raw
-	return out, uuid, sd, nil
+	return out, nil
+}
+
+// wholeGPUReady makes sure a GPU can be used whole or shared: out of MIG
+// mode. In dynamic mode the plugin switches MIG mode off (the counters
+// guarantee that no MIG claim holds the GPU); in static mode it never
+// does: a GPU an operator put into MIG mode after discovery is refused.
+func (b *Backend) wholeGPUReady(g *gpu) error {
+	if b.cfg.MIG == MIGDynamic {
+		return b.setMIGMode(g, false)
+	}
+	enabled, err := migEnabled(g)
+	if err != nil {
+		return err
+	}
+	if enabled {
+		return fmt.Errorf("GPU %s is in MIG mode; with static MIG the plugin does not change MIG mode and offers the GPU only as its MIG devices", g.name)
+	}
+	return nil
+}
+
+// migInstance returns the GPU and compute instance of a MIG device:
+// the existing one for an instance the plugin did not make, a new one
+// for a dynamic placement.
+func (b *Backend) migInstance(ctx context.Context, d *device) (gi, ci uint32, created bool, err error) {
+	if d.existing != nil {
+		if _, ret := d.gpu.handle.GetGpuInstanceById(int(d.existing.gi)); ret != nvml.SUCCESS {
+			return 0, 0, false, fmt.Errorf("MIG instance %d (%s at %d) of %s is gone: %s", d.existing.gi, d.profile.name, d.placement.Start, d.gpu.name, nvml.ErrorString(ret))
+		}
+		return d.existing.gi, d.existing.ci, false, nil
+	}
+	if b.cfg.MIG != MIGDynamic {
+		return 0, 0, false, fmt.Errorf("MIG device %s does not exist and static MIG never creates instances", d.name)
+	}
+	// Recorded before it exists: the instance is the plugin's own from
+	// the moment it appears.
+	b.recorded[d.name] = true
+	gi, ci, err = b.createMIG(ctx, d)
+	if err != nil {
+		delete(b.recorded, d.name)
+	}
+	return gi, ci, err == nil, err
+}
+
+func stateOf(p plugin.PreparedDevice) deviceState {
+	var st deviceState
+	_ = json.Unmarshal(p.State, &st)
+	return st
 }
 
 // Unprepare implements plugin.Backend.
@@ -309,7 +457,8 @@ func (b *Backend) Unprepare(ctx context.Context, claim plugin.ClaimRef, devices 
 
 // releaseLocked undoes what prepare did for each device and for the
 // claim. Devices without State (an interrupted prepare) are found by
-// identity: a MIG device's instance by its profile and placement.
+// identity: a dynamic MIG device's instance by its profile and placement.
+// Only instances the plugin made are destroyed.
 func (b *Backend) releaseLocked(ctx context.Context, claim plugin.ClaimRef, devices []plugin.PreparedDevice) error {
 	var errs []error
 	for _, p := range devices {
@@ -327,12 +476,17 @@ func (b *Backend) releaseLocked(ctx context.Context, claim plugin.ClaimRef, devi
 		}
 		switch d.kind {
 		case kindMIG:
-			if err := b.destroyMIG(ctx, d, st.GPUInstance); err != nil {
-				errs = append(errs, fmt.Errorf("device %s: %w", p.Device, err))
+			interrupted := len(p.State) == 0 && b.cfg.MIG == MIGDynamic && d.existing == nil
+			if st.Created || interrupted {
+				if err := b.destroyMIG(ctx, d, st.GPUInstance); err != nil {
+					errs = append(errs, fmt.Errorf("device %s: %w", p.Device, err))
+					continue
+				}
+				delete(b.recorded, d.name)
 			}
 		case kindGPU:
 			if st.Strategy != "" {
-				if err := b.stopSharing(ctx, d.gpu, sharingStrategy(st.Strategy)); err != nil {
+				if err := b.stopSharing(ctx, d.gpu, st); err != nil {
 					errs = append(errs, fmt.Errorf("device %s: %w", p.Device, err))
 				}
 			}
@@ -344,57 +498,44 @@ func (b *Backend) releaseLocked(ctx context.Context, claim plugin.ClaimRef, devi
 	return errors.Join(errs...)
 }
 
-// Reconcile implements plugin.Reconciler: at start-up it destroys MIG
-// instances and removes per-claim files that no prepared claim owns (left
-// by a crash between creating them and recording them), and recounts the
-// users of each MPS daemon.
+// Reconcile implements plugin.Reconciler: after the interrupted prepares
+// were rolled back, the plugin's own instances are exactly those of the
+// prepared claims. Per-claim files that no prepared claim owns are
+// removed and the users of each MPS daemon and time slice are recounted.
+// No MIG instance is destroyed here: one the plugin did not record is not
+// its own.
 func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) error {
+	b.mu.Lock()
+	b.recorded = recordedDevices(prepared)
+	b.mu.Unlock()
 	if _, err := b.Discover(ctx); err != nil {
 		return err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	owned := map[string]map[uint32]bool{} // GPU name -> owned GPU instance ids
 	claims := map[string]bool{}
-	b.mpsUsers, b.nonMPSUsers = map[string]int{}, map[string]int{}
+	b.mpsUsers, b.nonMPSUsers, b.timeSliced = map[string]int{}, map[string]int{}, map[string]timeSliceUse{}
 	for _, c := range prepared {
 		claims[string(c.UID)] = true
 		for _, p := range c.Devices {
 			d, ok := b.devices[p.Device]
-			if !ok || len(p.State) == 0 {
+			if !ok || len(p.State) == 0 || d.kind != kindGPU {
 				continue
 			}
-			var st deviceState
-			if err := json.Unmarshal(p.State, &st); err != nil {
-				continue
-			}
-			if d.kind == kindMIG && st.GPUInstance != nil {
-				if owned[d.gpu.name] == nil {
-					owned[d.gpu.name] = map[uint32]bool{}
-				}
-				owned[d.gpu.name][*st.GPUInstance] = true
-			}
-			if d.kind == kindGPU && st.Strategy != "" {
-				if sharingStrategy(st.Strategy) == strategyMPS {
-					b.mpsUsers[d.gpu.name]++
-				} else {
-					b.nonMPSUsers[d.gpu.name]++
-				}
+			st := stateOf(p)
+			if st.Strategy != "" {
+				b.countSharing(d.gpu, st, +1)
 			}
 		}
 	}
-	var errs []error
-	for _, g := range b.gpus {
-		if err := b.destroyUnownedMIG(ctx, g, owned[g.name]); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	errs = append(errs, b.removeUnownedClaimFiles(ctx, claims), b.stopUnusedMPS(ctx))
-	return errors.Join(errs...)
+	return errors.Join(b.removeUnownedClaimFiles(ctx, claims), b.stopUnusedMPS(ctx))
 }
 
 // controlEdits are the device nodes every CUDA process needs besides the
-// GPU itself.
+// GPU itself. NVIDIA_VISIBLE_DEVICES=void keeps the NVIDIA container
+// runtime hook, where one is installed, from adding GPUs of its own (CUDA
+// images set the variable to "all"): a container sees exactly the device
+// nodes of the devices it was given.
 func (b *Backend) controlEdits() cdispec.ContainerEdits {
 	return cdispec.ContainerEdits{
 		DeviceNodes: []*cdispec.DeviceNode{
@@ -402,7 +543,7 @@ func (b *Backend) controlEdits() cdispec.ContainerEdits {
 			b.node("nvidia-uvm", b.devs.uvm, 0),
 			b.node("nvidia-uvm-tools", b.devs.uvm, 1),
 		},
-		Env: []string{"NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
+		Env: []string{"NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
 	}
 }
 

@@ -32,7 +32,7 @@ func newBackend(t *testing.T, m hardware.Machine) (*Backend, *nvmlmock.Server, s
 	b, err := New(Config{
 		NVML: srv, SysfsRoot: filepath.Join(root, "sys"), ProcRoot: filepath.Join(root, "proc"), DevRoot: root,
 		StateDir: filepath.Join(root, "state"), FabricPartitionsFile: filepath.Join(root, hardware.FabricPartitionsFile),
-		MPS: nvmlmock.NewMPS(), DynamicMIG: true,
+		MPS: nvmlmock.NewMPS(), MIG: MIGDynamic, TimeSlice: nvmlmock.NewTimeSlices(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestDiscoverModelAndMemory(t *testing.T) {
 
 func TestPrepareInjectsDeviceNodesAndVisibleDevices(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	b, srv, root := newBackend(t, hardware.DGXH100())
+	b, _, root := newBackend(t, hardware.DGXH100())
 	if _, err := b.Discover(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -134,9 +134,20 @@ func TestPrepareInjectsDeviceNodesAndVisibleDevices(t *testing.T) {
 	if !uvm {
 		t.Errorf("common edits %+v lack /dev/nvidia-uvm with the major from /proc/devices", resp.Common.DeviceNodes)
 	}
-	want := "NVIDIA_VISIBLE_DEVICES=" + srv.Device(2).UUID + "," + srv.Device(6).UUID
-	if !slices.Contains(resp.Common.Env, want) {
-		t.Errorf("env %v lacks %s", resp.Common.Env, want)
+	// Visibility is per device: the claim-wide edits name no GPU, and
+	// each device's edits name only its own node.
+	if !slices.Contains(resp.Common.Env, "NVIDIA_VISIBLE_DEVICES=void") {
+		t.Errorf("claim-wide env %v does not keep the NVIDIA runtime hook from adding GPUs", resp.Common.Env)
+	}
+	for _, n := range resp.Common.DeviceNodes {
+		if strings.HasPrefix(n.Path, "/dev/nvidia") && n.Major == hardware.NvidiaMajor && n.Minor < 255 {
+			t.Errorf("claim-wide edits inject GPU node %s", n.Path)
+		}
+	}
+	for i, d := range resp.Devices {
+		if len(d.Edits.DeviceNodes) != 1 || len(d.Edits.Env) != 0 {
+			t.Errorf("device %d edits %+v, want its own node only", i, d.Edits)
+		}
 	}
 
 	req.Devices = []plugin.AllocatedDevice{{Request: "gpus", Pool: "node-a", Device: "gpu-9"}}

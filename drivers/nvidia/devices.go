@@ -2,6 +2,7 @@ package nvidia
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	resourceapi "k8s.io/api/resource/v1"
@@ -33,61 +34,111 @@ type device struct {
 	gpu       *gpu
 	profile   *migProfile
 	placement nvml.GpuInstancePlacement
+	// existing is set for a MIG device that is an instance the plugin did
+	// not make (static mode, or an unrecorded instance in dynamic mode):
+	// the plugin uses it as it is and never destroys it.
+	existing *migInstance
 }
 
 // counterSetName names the counter set of a GPU.
 func counterSetName(g *gpu) string { return g.name }
 
-// Counter names. Memory slices are one counter each so that overlapping
-// MIG placements exclude each other; the rest are totals.
+// Counter names: one counter per memory slice, so that overlapping MIG
+// placements exclude each other, and a total per scarce engine.
 const (
-	counterMemory          = "memory"
-	counterMultiprocessors = "multiprocessors"
-	counterCopyEngines     = "copy-engines"
-	counterDecoders        = "decoders"
-	counterEncoders        = "encoders"
-	counterJPEG            = "jpeg-engines"
-	counterOFA             = "ofa-engines"
+	counterDecoders = "decoders"
+	counterEncoders = "encoders"
+	counterJPEG     = "jpeg-engines"
+	counterOFA      = "ofa-engines"
 )
 
 func memorySliceCounter(i int) string { return fmt.Sprintf("memory-slice-%d", i) }
 
-// gpuCounters is everything a GPU has. The GPU device consumes all of
-// it, so it excludes every MIG device.
-func gpuCounters(g *gpu) map[string]resourceapi.Counter {
-	c := map[string]resourceapi.Counter{counterMemory: quantity(int64(g.memoryBytes))}
-	if g.mig != nil {
-		addEngines(c, g.mig.totals)
-		for i := 0; i < g.mig.memorySlices; i++ {
-			c[memorySliceCounter(i)] = quantity(1)
+// engines returns the engine counts of a profile by counter name.
+func engines(info nvml.GpuInstanceProfileInfo) map[string]uint32 {
+	return map[string]uint32{
+		counterDecoders: info.DecoderCount,
+		counterEncoders: info.EncoderCount,
+		counterJPEG:     info.JpegCount,
+		counterOFA:      info.OfaCount,
+	}
+}
+
+// scarceEngines are the engines that placements which fit by memory
+// slices could still oversubscribe: those with fewer units than the
+// densest profile would use if it filled every memory slice. Only they
+// need counters; memory, compute slices and copy engines follow from the
+// memory slices, because NVIDIA's placements are laid out so.
+func (c *migCapability) scarceEngines() map[string]int64 {
+	out := map[string]int64{}
+	for name, total := range engines(c.totals) {
+		demand := 0.0
+		for _, p := range c.profiles {
+			if n := engines(p.info)[name]; n > 0 && p.info.SliceCount > 0 {
+				size := float64(placementSize(p))
+				demand = max(demand, float64(n)*float64(c.memorySlices)/size)
+			}
+		}
+		if demand > float64(total) {
+			out[name] = int64(total)
 		}
 	}
-	return c
+	return out
+}
+
+// placementSize is the number of memory slices a profile's instances
+// take.
+func placementSize(p *migProfile) uint32 {
+	if len(p.placements) > 0 && p.placements[0].Size > 0 {
+		return p.placements[0].Size
+	}
+	return 1
+}
+
+// gpuCounters is everything a GPU has: the whole GPU device consumes all
+// of it, so it excludes every MIG placement. Foreign instances (made by
+// someone else) are taken off, so that placements overlapping them and
+// the whole GPU cannot be allocated while they exist.
+func gpuCounters(g *gpu, foreign []migInstance) (available, all map[string]resourceapi.Counter) {
+	available, all = map[string]resourceapi.Counter{}, map[string]resourceapi.Counter{}
+	used := map[int]bool{}
+	scarce := g.mig.scarceEngines()
+	for _, f := range foreign {
+		for i := f.placement.Start; i < f.placement.Start+f.placement.Size; i++ {
+			used[int(i)] = true
+		}
+		for name := range scarce {
+			scarce[name] -= int64(engines(f.profile.info)[name])
+		}
+	}
+	full := g.mig.scarceEngines()
+	for name, n := range full {
+		all[name] = quantity(n)
+		available[name] = quantity(max(scarce[name], 0))
+	}
+	for i := 0; i < g.mig.memorySlices; i++ {
+		all[memorySliceCounter(i)] = quantity(1)
+		if used[i] {
+			available[memorySliceCounter(i)] = quantity(0)
+		} else {
+			available[memorySliceCounter(i)] = quantity(1)
+		}
+	}
+	return available, all
 }
 
 // migCounters is what one MIG placement consumes.
-func migCounters(p *migProfile, pl nvml.GpuInstancePlacement) map[string]resourceapi.Counter {
-	c := map[string]resourceapi.Counter{counterMemory: quantity(int64(p.info.MemorySizeMB) << 20)}
-	addEngines(c, p.info)
+func migCounters(g *gpu, p *migProfile, pl nvml.GpuInstancePlacement) map[string]resourceapi.Counter {
+	c := map[string]resourceapi.Counter{}
 	for i := int(pl.Start); i < int(pl.Start+pl.Size); i++ {
 		c[memorySliceCounter(i)] = quantity(1)
 	}
-	return c
-}
-
-func addEngines(c map[string]resourceapi.Counter, info nvml.GpuInstanceProfileInfo) {
-	for name, n := range map[string]uint32{
-		counterMultiprocessors: info.MultiprocessorCount,
-		counterCopyEngines:     info.CopyEngineCount,
-		counterDecoders:        info.DecoderCount,
-		counterEncoders:        info.EncoderCount,
-		counterJPEG:            info.JpegCount,
-		counterOFA:             info.OfaCount,
-	} {
-		if n > 0 {
+	for name := range g.mig.scarceEngines() {
+		if n := engines(p.info)[name]; n > 0 {
 			c[name] = quantity(int64(n))
 		}
 	}
+	return c
 }
 
 func quantity(v int64) resourceapi.Counter {
@@ -101,19 +152,32 @@ type deviceSet struct {
 	byName   map[string]*device
 }
 
-// buildDevices lays out every GPU as one device with consumable capacity
-// (cores and memory): a claim that asks for no capacity gets all of it
-// (the whole GPU), a claim that asks for part shares the GPU. With dynamic
-// MIG, each GPU also gets a counter set and one device per MIG placement;
-// the GPU device consumes every counter in full (once, however many
-// shares it has), so a GPU is used whole/shared or as MIG instances,
-// never both.
+// gpuView is what discovery found on one GPU now: whether it is in MIG
+// mode and which instances exist, split into the plugin's own (dynamic
+// mode, recorded in the checkpoint) and everybody else's.
+type gpuView struct {
+	migEnabled bool
+	own        []migInstance
+	foreign    []migInstance
+}
+
+// buildDevices lays out the node's GPUs.
 //
-// Counters are opt-in because the 1.36 allocator considers the counter
-// slices of every node when it allocates on any one node: a cluster of
-// partitionable nodes costs the scheduler in proportion to its size for
-// every node it filters (see docs/nvidia.md).
-func buildDevices(gpus []*gpu, taints map[string][]resourceapi.DeviceTaint, dynamicMIG bool) (*deviceSet, error) {
+// Static MIG mode: a GPU outside MIG mode is one device with consumable
+// capacity (cores and memory), used whole or shared; a GPU in MIG mode is
+// its existing instances, one device each. Nothing draws on counters.
+//
+// Dynamic MIG mode: each MIG-capable GPU also gets a counter set and one
+// device per MIG placement; the GPU device consumes every counter in full
+// (once, however many shares it has), so a GPU is used whole/shared or as
+// MIG instances, never both. Instances the plugin did not make are left
+// alone: their slices are taken off the counter set and the placements
+// overlapping them are not offered.
+//
+// MIG devices carry fewer attributes than GPUs: every published device
+// costs the scheduler's allocator on every node it considers, and MIG
+// placements are most of a dynamic node's devices (docs/nvidia.md).
+func buildDevices(gpus []*gpu, views map[string]gpuView, taints map[string][]resourceapi.DeviceTaint, mode MIGMode) (*deviceSet, error) {
 	set := &deviceSet{byName: map[string]*device{}}
 	var migs []resourceapi.Device
 	for _, g := range gpus {
@@ -121,57 +185,91 @@ func buildDevices(gpus []*gpu, taints map[string][]resourceapi.DeviceTaint, dyna
 		if err != nil {
 			return nil, fmt.Errorf("GPU %s: %w", g.name, err)
 		}
+		view := views[g.name]
 		gpuTaints := taints[g.name]
-		dev := resourceapi.Device{
-			Name:                     g.name,
-			Attributes:               withAttrs(base, kindGPU, true, g.partitionAttributes()),
-			AllowMultipleAllocations: ptr.To(true),
-			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-				"cores": {
-					Value:         *resource.NewQuantity(sharedCores, resource.DecimalSI),
-					RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: resource.NewQuantity(sharedCores, resource.DecimalSI), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(1, resource.DecimalSI), Step: resource.NewQuantity(1, resource.DecimalSI)}},
-				},
-				"memory": {
-					Value:         bytes(g.memoryBytes),
-					RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(bytes(g.memoryBytes)), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(memoryStepSize, resource.BinarySI), Step: resource.NewQuantity(memoryStepSize, resource.BinarySI)}},
-				},
-			},
-			Taints: gpuTaints,
+		if mode == MIGStatic && view.migEnabled {
+			for _, inst := range view.foreign {
+				migs = append(migs, migDevice(g, inst.profile, inst.placement, gpuTaints))
+				set.add(&device{name: migDeviceName(g, inst.profile, inst.placement), kind: kindMIG, gpu: g, profile: inst.profile, placement: inst.placement, existing: &inst})
+			}
+			continue
 		}
+		dev := gpuDevice(g, base, gpuTaints)
 		set.add(&device{name: g.name, kind: kindGPU, gpu: g})
-		if !dynamicMIG || g.mig == nil {
+		if mode == MIGStatic || g.mig == nil {
 			set.devices = append(set.devices, dev)
 			continue
 		}
-		set.counters = append(set.counters, resourceapi.CounterSet{Name: counterSetName(g), Counters: gpuCounters(g)})
-		dev.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: counterSetName(g), Counters: gpuCounters(g)}}
+		available, all := gpuCounters(g, view.foreign)
+		set.counters = append(set.counters, resourceapi.CounterSet{Name: counterSetName(g), Counters: available})
+		dev.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: counterSetName(g), Counters: all}}
 		set.devices = append(set.devices, dev)
 		for _, p := range g.mig.profiles {
 			for _, pl := range p.placements {
-				name := migDeviceName(g, p, pl)
-				attrs := withAttrs(base, kindMIG, false, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-					"profile":        {StringValue: ptr.To(p.name)},
-					"parentUUID":     {StringValue: ptr.To(g.uuid)},
-					"placementStart": {IntValue: ptr.To(int64(pl.Start))},
-					"placementSize":  {IntValue: ptr.To(int64(pl.Size))},
-				})
-				delete(attrs, "uuid") // a MIG device has its own UUID only once created
-				migs = append(migs, resourceapi.Device{
-					Name:       name,
-					Attributes: attrs,
-					Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-						"memory":          {Value: bytes(uint64(p.info.MemorySizeMB) << 20)},
-						"multiprocessors": {Value: *resource.NewQuantity(int64(p.info.MultiprocessorCount), resource.DecimalSI)},
-					},
-					ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: counterSetName(g), Counters: migCounters(p, pl)}},
-					Taints:           gpuTaints,
-				})
-				set.add(&device{name: name, kind: kindMIG, gpu: g, profile: p, placement: pl})
+				if slices.ContainsFunc(view.foreign, func(f migInstance) bool { return overlaps(f.placement, pl) }) {
+					continue
+				}
+				d := migDevice(g, p, pl, gpuTaints)
+				d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: counterSetName(g), Counters: migCounters(g, p, pl)}}
+				migs = append(migs, d)
+				set.add(&device{name: d.Name, kind: kindMIG, gpu: g, profile: p, placement: pl})
 			}
 		}
 	}
 	set.devices = append(set.devices, migs...)
 	return set, nil
+}
+
+// gpuDevice is a whole GPU with consumable capacity: a claim that asks
+// for no capacity gets all of its memory, which no other claim can then
+// share; a claim asking for memory shares it. Compute is reserved only
+// when asked for (default 0 cores): a claim that asks only for memory
+// shares compute, limited at run time as its opaque config says.
+func gpuDevice(g *gpu, base map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, taints []resourceapi.DeviceTaint) resourceapi.Device {
+	return resourceapi.Device{
+		Name:                     g.name,
+		Attributes:               withAttrs(base, kindGPU, true, g.partitionAttributes()),
+		AllowMultipleAllocations: ptr.To(true),
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			"cores": {
+				Value:         *resource.NewQuantity(sharedCores, resource.DecimalSI),
+				RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: resource.NewQuantity(0, resource.DecimalSI), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(0, resource.DecimalSI), Step: resource.NewQuantity(1, resource.DecimalSI)}},
+			},
+			"memory": {
+				Value:         bytes(g.memoryBytes),
+				RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptr.To(bytes(g.memoryBytes)), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(memoryStepSize, resource.BinarySI), Step: resource.NewQuantity(memoryStepSize, resource.BinarySI)}},
+			},
+		},
+		Taints: taints,
+	}
+}
+
+// migDevice is one MIG placement (or existing instance) of a GPU.
+func migDevice(g *gpu, p *migProfile, pl nvml.GpuInstancePlacement, taints []resourceapi.DeviceTaint) resourceapi.Device {
+	q := func(name string) resourceapi.QualifiedName {
+		return resourceapi.QualifiedName(AcceleratorDomain + "/" + name)
+	}
+	return resourceapi.Device{
+		Name: migDeviceName(g, p, pl),
+		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			"type":           {StringValue: ptr.To(string(kindMIG))},
+			"profile":        {StringValue: ptr.To(p.name)},
+			"productName":    {StringValue: ptr.To(g.productName)},
+			"parentUUID":     {StringValue: ptr.To(g.uuid)},
+			"placementStart": {IntValue: ptr.To(int64(pl.Start))},
+			q("type"):        {StringValue: ptr.To("gpu")},
+			q("vendor"):      {StringValue: ptr.To("nvidia")},
+			q("model"):       {StringValue: ptr.To(g.family)},
+			q("whole"):       {BoolValue: ptr.To(false)},
+			q("numaNode"):    {IntValue: ptr.To(int64(g.topology.NUMANode))},
+			deviceattribute.StandardDeviceAttributePCIeRoot: {StringValue: ptr.To(g.topology.Root)},
+		},
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			"memory":          {Value: bytes(uint64(p.info.MemorySizeMB) << 20)},
+			"multiprocessors": {Value: *resource.NewQuantity(int64(p.info.MultiprocessorCount), resource.DecimalSI)},
+		},
+		Taints: taints,
+	}
 }
 
 func (s *deviceSet) add(d *device) { s.byName[d.name] = d }

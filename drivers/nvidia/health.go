@@ -94,8 +94,10 @@ func (s *healthState) update(name string, f func(h *gpuHealth)) bool {
 // and ECC events and probes every GPU each HealthInterval: a GPU that
 // cannot be queried is lost, one with uncorrectable volatile ECC errors
 // is tainted until a reset clears the count, and a critical XID taints the
-// GPU for XIDHoldDown after its last occurrence. changed is called after
-// any change, so that the plugin republishes.
+// GPU for XIDHoldDown after its last occurrence. The probe also notices
+// a MIG layout that someone else changed (a MIG manager applying a new
+// config). changed is called after any change, so that the plugin
+// republishes.
 func (b *Backend) WatchHealth(ctx context.Context, changed func()) {
 	logger := klog.LoggerWithName(klog.FromContext(ctx), "health")
 	set, ret := b.cfg.NVML.EventSetCreate()
@@ -130,6 +132,10 @@ func (b *Backend) WatchHealth(ctx context.Context, changed func()) {
 		}
 		if time.Now().After(nextProbe) {
 			dirty = b.probe(logger) || dirty
+			if b.layoutChanged() {
+				logger.Info("MIG layout changed, republishing")
+				dirty = true
+			}
 			nextProbe = time.Now().Add(interval)
 		}
 		if dirty {

@@ -30,6 +30,108 @@ type migCapability struct {
 	totals nvml.GpuInstanceProfileInfo
 }
 
+// MIGMode says who manages the MIG instances of a node's GPUs.
+type MIGMode string
+
+// MIG modes.
+const (
+	// MIGStatic (the default): an operator or a MIG manager made the
+	// instances. The plugin publishes the instances that exist, never
+	// creates or destroys one and never switches MIG mode; a GPU in MIG
+	// mode is offered only as its instances.
+	MIGStatic MIGMode = "static"
+	// MIGDynamic: the plugin publishes every placement of every profile,
+	// creates an instance when a claim is prepared and destroys it when
+	// the claim is unprepared. Instances it did not record are left alone,
+	// and the placements they overlap are not offered.
+	MIGDynamic MIGMode = "dynamic"
+)
+
+// ParseMIGMode reads a MIG mode; empty means static.
+func ParseMIGMode(s string) (MIGMode, error) {
+	switch MIGMode(s) {
+	case "", MIGStatic:
+		return MIGStatic, nil
+	case MIGDynamic:
+		return MIGDynamic, nil
+	}
+	return "", fmt.Errorf("MIG mode %q is neither %s nor %s", s, MIGStatic, MIGDynamic)
+}
+
+// migInstance is a GPU instance that exists on a GPU, with the compute
+// instance spanning it.
+type migInstance struct {
+	profile   *migProfile
+	placement nvml.GpuInstancePlacement
+	gi, ci    uint32
+}
+
+// migEnabled reports whether a GPU is in MIG mode now.
+func migEnabled(g *gpu) (bool, error) {
+	if g.mig == nil {
+		return false, nil
+	}
+	current, _, ret := g.handle.GetMigMode()
+	if ret != nvml.SUCCESS {
+		return false, nvmlError("get MIG mode of "+g.name, ret)
+	}
+	return current == nvml.DEVICE_MIG_ENABLE, nil
+}
+
+// listInstances reads the GPU instances that exist on a GPU, in
+// placement order, each with its first compute instance.
+func listInstances(g *gpu) ([]migInstance, error) {
+	var out []migInstance
+	for _, p := range g.mig.profiles {
+		info := p.info
+		gis, ret := g.handle.GetGpuInstances(&info)
+		if ret != nvml.SUCCESS {
+			return nil, nvmlError("list MIG instances of "+g.name, ret)
+		}
+		for _, gi := range gis {
+			giInfo, ret := gi.GetInfo()
+			if ret != nvml.SUCCESS {
+				return nil, nvmlError("read MIG instance", ret)
+			}
+			inst := migInstance{profile: p, placement: giInfo.Placement, gi: giInfo.Id}
+			ci, err := firstComputeInstance(gi)
+			if err != nil {
+				return nil, fmt.Errorf("GPU %s instance %d: %w", g.name, giInfo.Id, err)
+			}
+			inst.ci = ci
+			out = append(out, inst)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].placement.Start < out[j].placement.Start })
+	return out, nil
+}
+
+// firstComputeInstance returns the id of a GPU instance's compute
+// instance; an instance without one cannot run work and is an error.
+func firstComputeInstance(gi nvml.GpuInstance) (uint32, error) {
+	for id := nvml.COMPUTE_INSTANCE_PROFILE_COUNT - 1; id >= 0; id-- {
+		info, ret := gi.GetComputeInstanceProfileInfo(id, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		cis, ret := gi.GetComputeInstances(&info)
+		if ret != nvml.SUCCESS || len(cis) == 0 {
+			continue
+		}
+		ci, ret := cis[0].GetInfo()
+		if ret != nvml.SUCCESS {
+			return 0, nvmlError("read compute instance", ret)
+		}
+		return ci.Id, nil
+	}
+	return 0, fmt.Errorf("has no compute instance")
+}
+
+// overlaps reports whether two placements share a memory slice.
+func overlaps(a, b nvml.GpuInstancePlacement) bool {
+	return a.Start < b.Start+b.Size && b.Start < a.Start+a.Size
+}
+
 // discoverMIG reads the GPU instance profiles and placements from NVML.
 // A GPU without MIG support yields nil.
 func discoverMIG(dev nvml.Device) (*migCapability, error) {

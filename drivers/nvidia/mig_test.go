@@ -124,8 +124,8 @@ func TestMIGPrepareAndUnprepare(t *testing.T) {
 	if len(caps) != 2 {
 		t.Errorf("capability nodes %v, want GI and CI access", caps)
 	}
-	if !slices.ContainsFunc(resp.Common.Env, func(s string) bool { return strings.HasPrefix(s, "NVIDIA_VISIBLE_DEVICES=MIG-GPU-") }) {
-		t.Errorf("env %v lacks the MIG device", resp.Common.Env)
+	if !slices.Contains(resp.Common.Env, "NVIDIA_VISIBLE_DEVICES=void") {
+		t.Errorf("claim-wide env %v does not keep the NVIDIA runtime hook from adding GPUs", resp.Common.Env)
 	}
 	// Preparing the whole GPU while an instance exists fails cleanly.
 	_, err := b.Prepare(ctx, &plugin.PrepareRequest{Devices: []plugin.AllocatedDevice{{Device: "gpu-1"}}})
@@ -142,8 +142,10 @@ func TestMIGPrepareAndUnprepare(t *testing.T) {
 
 // TestCrashMidPrepareLeavesNoMIGInstance: the plugin crashed after the
 // instance was created but before the checkpoint said so. On restart the
-// rollback (no State) finds the instance by placement, and Reconcile
-// destroys instances nobody owns.
+// checkpoint names the device, so the instance is known to be the
+// plugin's own and the rollback (no State) destroys it by placement; an
+// instance the plugin never recorded (an operator's) is left alone and
+// its slices are taken off what is offered.
 func TestCrashMidPrepareLeavesNoMIGInstance(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	b, srv, _ := newBackend(t, hardware.DGXA100())
@@ -151,31 +153,147 @@ func TestCrashMidPrepareLeavesNoMIGInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	prepareMIG(t, b, "crashed", "gpu-2-mig-1g5gb-4")
-	prepareMIG(t, b, "stale", "gpu-3-mig-2g10gb-0")
 	kept := prepareMIG(t, b, "kept", "gpu-3-mig-1g5gb-6")
+	if err := srv.ApplyMIGConfig(3, map[string]int{"2g.10gb": 1}); err != nil { // the operator's, at slice 0
+		t.Fatal(err)
+	}
 
-	// Restart: a new backend over the same hardware.
+	// Restart: a new backend over the same hardware, told what the
+	// checkpoint holds before it discovers.
 	restarted, err := New(b.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	restarted.Restore(ctx, []plugin.ClaimState{
+		{ClaimRef: plugin.ClaimRef{UID: "uid-crashed"}, Phase: plugin.PhasePrepareStarted, Devices: []plugin.PreparedDevice{{Device: "gpu-2-mig-1g5gb-4"}}},
+		{ClaimRef: plugin.ClaimRef{UID: "uid-kept"}, Phase: plugin.PhasePrepareCompleted, Devices: kept.Devices},
+	})
 	if _, err := restarted.Discover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The interrupted claim is rolled back by identity alone.
 	if err := restarted.Unprepare(ctx, plugin.ClaimRef{UID: "uid-crashed"}, []plugin.PreparedDevice{{Device: "gpu-2-mig-1g5gb-4"}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := srv.MIGInstances()[2]; got != 0 {
 		t.Errorf("rollback left %d instances on GPU 2", got)
 	}
-	// Reconcile keeps the owned instance and destroys the stale one.
 	err = restarted.Reconcile(ctx, []plugin.ClaimState{{ClaimRef: plugin.ClaimRef{UID: "uid-kept"}, Phase: plugin.PhasePrepareCompleted, Devices: kept.Devices}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got := srv.MIGInstances()[3]; got != 2 {
+		t.Errorf("GPU 3 has %d instances after reconcile, want the plugin's and the operator's", got)
+	}
+	inv, err := restarted.Discover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := deviceNames(inv)
+	for _, gone := range []string{"gpu-3-mig-2g10gb-0", "gpu-3-mig-1g5gb-1", "gpu-3-mig-7g40gb-0"} {
+		if names[gone] {
+			t.Errorf("%s is offered although the operator's instance holds its slices", gone)
+		}
+	}
+	for _, offered := range []string{"gpu-3-mig-1g5gb-6", "gpu-3-mig-2g10gb-2", "gpu-2-mig-7g40gb-0"} {
+		if !names[offered] {
+			t.Errorf("%s is not offered", offered)
+		}
+	}
+	// The plugin's own instance is released at unprepare, the operator's
+	// stays.
+	if err := restarted.Unprepare(ctx, plugin.ClaimRef{UID: "uid-kept"}, kept.Devices); err != nil {
+		t.Fatal(err)
+	}
 	if got := srv.MIGInstances()[3]; got != 1 {
-		t.Errorf("GPU 3 has %d instances after reconcile, want the owned one", got)
+		t.Errorf("GPU 3 has %d instances after unprepare, want the operator's", got)
+	}
+}
+
+func deviceNames(inv *plugin.Inventory) map[string]bool {
+	out := map[string]bool{}
+	for _, d := range inv.Devices {
+		out[d.Name] = true
+	}
+	return out
+}
+
+// TestStaticMIGPublishesWhatExists: in static mode the instances an
+// operator made are the GPU's devices; the plugin prepares them without
+// creating anything, never destroys them, and never takes a GPU out of
+// MIG mode, also across restarts and whole-GPU claims on other GPUs.
+func TestStaticMIGPublishesWhatExists(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	b, srv, _ := newBackend(t, hardware.DGXH100())
+	b.cfg.MIG = MIGStatic
+	if err := srv.ApplyMIGConfig(0, map[string]int{"3g.40gb": 1, "1g.10gb": 3}); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := b.Discover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := deviceNames(inv)
+	if names["gpu-0"] {
+		t.Errorf("gpu-0 is in MIG mode but offered whole")
+	}
+	profiles := map[string]int{}
+	for _, d := range inv.Devices {
+		if p := d.Attributes["profile"].StringValue; p != nil {
+			profiles[*p]++
+		}
+	}
+	if !names["gpu-0-mig-3g40gb-0"] || profiles["1g.10gb"] != 3 || profiles["3g.40gb"] != 1 || !names["gpu-1"] {
+		t.Errorf("devices %v, want the 3g.40gb and three 1g.10gb instances of gpu-0 and the other GPUs whole", names)
+	}
+	var oneG string
+	for n := range names {
+		if strings.HasPrefix(n, "gpu-0-mig-1g10gb-") {
+			oneG = n
+		}
+	}
+	if len(inv.Devices) != 11 || len(inv.SharedCounters) != 0 {
+		t.Errorf("%d devices and %d counter sets, want 4 MIG + 7 GPUs and no counters", len(inv.Devices), len(inv.SharedCounters))
+	}
+	before := srv.MIGInstances()[0]
+	resp := prepareMIG(t, b, "a", oneG)
+	whole, err := b.Prepare(ctx, &plugin.PrepareRequest{Claim: &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{UID: "uid-w"}}, Devices: []plugin.AllocatedDevice{{Device: "gpu-1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.MIGInstances()[0]; got != before {
+		t.Errorf("prepare changed GPU 0 from %d to %d instances", before, got)
+	}
+	var caps []string
+	for _, n := range resp.Devices[0].Edits.DeviceNodes {
+		caps = append(caps, n.Path)
+	}
+	if len(caps) != 3 {
+		t.Errorf("device nodes %v, want the GPU and its instance's two capabilities", caps)
+	}
+	// A restart reconciles with nothing prepared: still nothing destroyed.
+	restarted, err := New(b.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted.Restore(ctx, nil)
+	if err := restarted.Reconcile(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][]plugin.PreparedDevice{resp.Devices, whole.Devices} {
+		if err := restarted.Unprepare(ctx, plugin.ClaimRef{UID: "uid-a"}, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := srv.MIGInstances()[0]; got != before {
+		t.Errorf("GPU 0 has %d instances after restart and unprepare, want %d", got, before)
+	}
+	if mode, _, _ := srv.Device(0).GetMigMode(); mode != nvml.DEVICE_MIG_ENABLE {
+		t.Errorf("GPU 0 left MIG mode")
+	}
+	// Static mode never creates: a placement that is not an instance is
+	// not a device.
+	if _, err := restarted.Prepare(ctx, &plugin.PrepareRequest{Devices: []plugin.AllocatedDevice{{Device: "gpu-0-mig-1g10gb-0"}}}); err == nil {
+		t.Errorf("prepared a MIG placement that does not exist")
 	}
 }
 
@@ -202,8 +320,8 @@ func TestSharedLimitsAndMPS(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M"} {
-		if !slices.Contains(first.Common.Env, want) {
-			t.Errorf("MPS env %v lacks %s", first.Common.Env, want)
+		if !slices.Contains(first.Devices[0].Edits.Env, want) {
+			t.Errorf("MPS env %v lacks %s", first.Devices[0].Edits.Env, want)
 		}
 	}
 	if srv.ComputeMode(4) != nvml.COMPUTEMODE_EXCLUSIVE_PROCESS {
@@ -241,7 +359,7 @@ func TestSharedLimitsAndMPS(t *testing.T) {
 func TestStaticLayoutHasNoCounters(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	b, _, _ := newBackend(t, hardware.DGXH100())
-	b.cfg.DynamicMIG = false
+	b.cfg.MIG = MIGStatic
 	inv, err := b.Discover(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -53,15 +53,20 @@ type MPSControl interface {
 
 // sharedDevice is a shared GPU of a claim with the limits to enforce.
 type sharedDevice struct {
-	index    int // position in NVIDIA_VISIBLE_DEVICES
 	gpu      *gpu
 	strategy sharingStrategy
-	cores    int64 // percent of the GPU
-	memory   int64 // bytes
+	// reserved says the claim reserved compute (asked for cores); cores
+	// is the compute limit in percent of the GPU either way.
+	reserved  bool
+	cores     int64
+	memory    int64 // bytes
+	timeSlice configv1alpha1.TimeSliceInterval
 }
 
 // decodeConfigs decodes a device's opaque configs strictly and merges
-// them, later ones (claim) over earlier ones (class).
+// them, later ones (claim) over earlier ones (class). A claim's sharing
+// config replaces the class's, except that the class's compute share
+// stays the default.
 func decodeConfigs(raws []json.RawMessage) (*configv1alpha1.GpuConfig, error) {
 	merged := &configv1alpha1.GpuConfig{}
 	for _, raw := range raws {
@@ -70,7 +75,12 @@ func decodeConfigs(raws []json.RawMessage) (*configv1alpha1.GpuConfig, error) {
 			return nil, fmt.Errorf("opaque config for %s: %w", DriverName, err)
 		}
 		if cfg.Sharing != nil {
-			merged.Sharing = cfg.Sharing
+			share := cfg.Sharing.ComputeShare
+			if share == "" && merged.Sharing != nil {
+				share = merged.Sharing.ComputeShare
+			}
+			merged.Sharing = cfg.Sharing.DeepCopy()
+			merged.Sharing.ComputeShare = share
 		}
 	}
 	return merged, nil
@@ -78,22 +88,34 @@ func decodeConfigs(raws []json.RawMessage) (*configv1alpha1.GpuConfig, error) {
 
 // sharedLimits works out a shared device's strategy and limits from what
 // the claim consumed and the config, and rejects a config that asks for
-// more than that.
+// more than that. A claim that reserved no cores gets a compute limit by
+// the config's compute share: its fraction of the GPU's memory
+// (Proportional, the default) or none (Unlimited).
 func (b *Backend) sharedLimits(d *device, a plugin.AllocatedDevice, cfg *configv1alpha1.GpuConfig) (sharedDevice, error) {
-	s := sharedDevice{gpu: d.gpu, strategy: defaultStrategy, cores: sharedCores, memory: int64(d.gpu.memoryBytes)}
-	if q, ok := a.ConsumedCapacity["cores"]; ok {
-		v, err := resource.ParseQuantity(q)
-		if err != nil {
-			return s, fmt.Errorf("consumed cores %q: %w", q, err)
-		}
-		s.cores = v.Value()
-	}
+	s := sharedDevice{gpu: d.gpu, strategy: defaultStrategy, memory: int64(d.gpu.memoryBytes)}
 	if q, ok := a.ConsumedCapacity["memory"]; ok {
 		v, err := resource.ParseQuantity(q)
 		if err != nil {
 			return s, fmt.Errorf("consumed memory %q: %w", q, err)
 		}
 		s.memory = v.Value()
+	}
+	if q, ok := a.ConsumedCapacity["cores"]; ok {
+		v, err := resource.ParseQuantity(q)
+		if err != nil {
+			return s, fmt.Errorf("consumed cores %q: %w", q, err)
+		}
+		s.cores, s.reserved = v.Value(), v.Value() > 0
+	}
+	share := configv1alpha1.ComputeShareProportional
+	if cfg.Sharing != nil && cfg.Sharing.ComputeShare != "" {
+		share = cfg.Sharing.ComputeShare
+	}
+	if !s.reserved {
+		s.cores = sharedCores
+		if share == configv1alpha1.ComputeShareProportional && d.gpu.memoryBytes > 0 {
+			s.cores = min(sharedCores, max(1, (s.memory*sharedCores+int64(d.gpu.memoryBytes)-1)/int64(d.gpu.memoryBytes)))
+		}
 	}
 	if cfg.Sharing == nil {
 		return s, nil
@@ -114,6 +136,14 @@ func (b *Backend) sharedLimits(d *device, a plugin.AllocatedDevice, cfg *configv
 		if m := cfg.Sharing.MPS; m != nil {
 			errs = append(errs, b.lowerCores(&s, p.Child("mps", "activeThreadPercentage"), m.ActiveThreadPercentage, d.name)...)
 			errs = append(errs, b.lowerMemory(&s, p.Child("mps", "pinnedMemoryLimit"), m.PinnedMemoryLimit, d)...)
+		}
+	case strategyTimeSlicing:
+		s.timeSlice = configv1alpha1.TimeSliceDefault
+		if ts := cfg.Sharing.TimeSlicing; ts != nil && ts.Interval != "" {
+			s.timeSlice = ts.Interval
+		}
+		if s.timeSlice != configv1alpha1.TimeSliceDefault && b.cfg.TimeSlice == nil {
+			errs = append(errs, field.Invalid(p.Child("timeSlicing", "interval"), s.timeSlice, "this node cannot set GPU time slices (no nvidia-smi configured); use Default"))
 		}
 	}
 	if len(errs) > 0 {
@@ -149,12 +179,13 @@ func (b *Backend) lowerMemory(s *sharedDevice, p *field.Path, limit *resource.Qu
 	return nil
 }
 
-// startSharing records a claim as a user of the GPU's sharing mechanism,
-// starting the GPU's MPS daemon for its first MPS claim. MPS puts the GPU
-// in exclusive-process mode, so it cannot serve MPS and non-MPS claims at
-// once.
-func (b *Backend) startSharing(ctx context.Context, g *gpu, s sharingStrategy) error {
-	if s == strategyMPS {
+// startSharing records a claim as a user of the GPU's sharing mechanism:
+// the GPU's MPS daemon starts with its first MPS claim, and the first
+// TimeSlicing claim sets the GPU's time slice. MPS puts the GPU in
+// exclusive-process mode, so it cannot serve MPS and non-MPS claims at
+// once; the time slice is per GPU, so its claims must agree on it.
+func (b *Backend) startSharing(ctx context.Context, g *gpu, s sharedDevice) error {
+	if s.strategy == strategyMPS {
 		if n := b.nonMPSUsers[g.name]; n > 0 {
 			return fmt.Errorf("GPU %s is shared by %d claims without MPS; a GPU serves either MPS or non-MPS claims", g.name, n)
 		}
@@ -174,23 +205,59 @@ func (b *Backend) startSharing(ctx context.Context, g *gpu, s sharingStrategy) e
 	if n := b.mpsUsers[g.name]; n > 0 {
 		return fmt.Errorf("GPU %s serves %d MPS claims; a GPU serves either MPS or non-MPS claims", g.name, n)
 	}
-	b.sharedUsers(g, +1)
+	if s.strategy == strategyTimeSlicing {
+		use := b.timeSliced[g.name]
+		if use.claims > 0 && use.interval != s.timeSlice {
+			return fmt.Errorf("sharing.timeSlicing.interval: GPU %s is time-sliced with interval %s by %d claims; a GPU has one time slice", g.name, use.interval, use.claims)
+		}
+		if use.claims == 0 && s.timeSlice != configv1alpha1.TimeSliceDefault {
+			if err := b.cfg.TimeSlice.SetTimeSlice(ctx, g.uuid, timeSliceNumber(s.timeSlice)); err != nil {
+				return fmt.Errorf("set time slice of %s to %s: %w", g.name, s.timeSlice, err)
+			}
+			klog.FromContext(ctx).V(1).Info("Set GPU time slice", "gpu", g.name, "interval", s.timeSlice)
+		}
+	}
+	b.countSharing(g, deviceState{Strategy: string(s.strategy), TimeSlice: string(s.timeSlice)}, +1)
 	return nil
 }
 
-// stopSharing undoes startSharing.
-func (b *Backend) stopSharing(ctx context.Context, g *gpu, s sharingStrategy) error {
-	if s != strategyMPS {
-		b.sharedUsers(g, -1)
-		return nil
+// countSharing adds delta users of a prepared shared device's mechanism.
+func (b *Backend) countSharing(g *gpu, st deviceState, delta int) {
+	switch sharingStrategy(st.Strategy) {
+	case strategyMPS:
+		b.mpsUsers[g.name] = max(0, b.mpsUsers[g.name]+delta)
+		return
+	case strategyTimeSlicing:
+		use := b.timeSliced[g.name]
+		use.claims = max(0, use.claims+delta)
+		use.interval = configv1alpha1.TimeSliceInterval(st.TimeSlice)
+		if use.claims == 0 {
+			delete(b.timeSliced, g.name)
+		} else {
+			b.timeSliced[g.name] = use
+		}
 	}
-	if b.mpsUsers[g.name] > 0 {
-		b.mpsUsers[g.name]--
+	b.nonMPSUsers[g.name] = max(0, b.nonMPSUsers[g.name]+delta)
+}
+
+// stopSharing undoes startSharing: the last MPS claim stops the daemon,
+// the last TimeSlicing claim puts the time slice back to Default.
+func (b *Backend) stopSharing(ctx context.Context, g *gpu, st deviceState) error {
+	b.countSharing(g, st, -1)
+	switch sharingStrategy(st.Strategy) {
+	case strategyMPS:
+		if b.mpsUsers[g.name] == 0 {
+			return b.stopMPS(ctx, g)
+		}
+	case strategyTimeSlicing:
+		iv := configv1alpha1.TimeSliceInterval(st.TimeSlice)
+		if b.timeSliced[g.name].claims == 0 && iv != "" && iv != configv1alpha1.TimeSliceDefault && b.cfg.TimeSlice != nil {
+			if err := b.cfg.TimeSlice.SetTimeSlice(ctx, g.uuid, timeSliceNumber(configv1alpha1.TimeSliceDefault)); err != nil {
+				return fmt.Errorf("reset time slice of %s: %w", g.name, err)
+			}
+		}
 	}
-	if b.mpsUsers[g.name] > 0 {
-		return nil
-	}
-	return b.stopMPS(ctx, g)
+	return nil
 }
 
 func (b *Backend) stopMPS(ctx context.Context, g *gpu) error {
@@ -224,17 +291,12 @@ func (b *Backend) mpsDir(g *gpu, kind string) string {
 	return filepath.Join(b.cfg.StateDir, "mps", g.uuid, kind)
 }
 
-// sharingEdits are the claim-wide edits that enforce the limits of its
-// shared devices.
-func (b *Backend) sharingEdits(claim plugin.ClaimRef, shared []sharedDevice) (cdispec.ContainerEdits, error) {
+// sharingEdits are one shared device's edits that enforce its limits.
+// They go with the device, not the claim, so a container that uses
+// another request of the same claim is not limited by them.
+func (b *Backend) sharingEdits(claim plugin.ClaimRef, s sharedDevice) (cdispec.ContainerEdits, error) {
 	var edits cdispec.ContainerEdits
-	strategy := shared[0].strategy
-	for _, s := range shared[1:] {
-		if s.strategy != strategy {
-			return edits, fmt.Errorf("sharing: the shared GPUs of one claim must use one strategy, got %s and %s", strategy, s.strategy)
-		}
-	}
-	switch strategy {
+	switch s.strategy {
 	case strategyHAMiCore:
 		dir, err := b.claimDir(claim, true)
 		if err != nil {
@@ -249,34 +311,22 @@ func (b *Backend) sharingEdits(claim plugin.ClaimRef, shared []sharedDevice) (cd
 			return edits, err
 		}
 		edits.Env = append(edits.Env,
-			"CUDA_DEVICE_SM_LIMIT="+strconv.FormatInt(shared[0].cores, 10),
+			fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT=%dm", s.memory>>20),
+			"CUDA_DEVICE_SM_LIMIT="+strconv.FormatInt(s.cores, 10),
 			"CUDA_DEVICE_MEMORY_SHARED_CACHE="+hamiCacheDir+"/vgpu.cache")
-		for _, s := range shared {
-			edits.Env = append(edits.Env,
-				fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d=%dm", s.index, s.memory>>20),
-				fmt.Sprintf("CUDA_DEVICE_SM_LIMIT_%d=%d", s.index, s.cores))
-		}
 		edits.Mounts = append(edits.Mounts,
 			&cdispec.Mount{HostPath: b.cfg.HAMiCoreLibrary, ContainerPath: hamiLibraryPath, Options: []string{"ro", "nosuid", "nodev", "bind"}},
 			&cdispec.Mount{HostPath: preload, ContainerPath: ldPreloadPath, Options: []string{"ro", "nosuid", "nodev", "bind"}},
 			&cdispec.Mount{HostPath: cache, ContainerPath: hamiCacheDir, Options: []string{"rw", "nosuid", "nodev", "bind"}})
 	case strategyMPS:
-		if len(shared) > 1 {
-			return edits, errors.New("sharing: an MPS claim may hold one shared GPU")
-		}
-		s := shared[0]
 		edits.Env = append(edits.Env,
 			"CUDA_MPS_PIPE_DIRECTORY="+mpsPipeDir,
 			"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="+strconv.FormatInt(s.cores, 10),
-			fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%d=%dM", s.index, s.memory>>20))
+			fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=%dM", s.memory>>20))
 		edits.Mounts = append(edits.Mounts, &cdispec.Mount{HostPath: b.mpsDir(s.gpu, "pipe"), ContainerPath: mpsPipeDir, Options: []string{"rw", "nosuid", "nodev", "bind"}})
 	case strategyTimeSlicing, strategyNone:
 	}
 	return edits, nil
-}
-
-func (b *Backend) sharedUsers(g *gpu, delta int) {
-	b.nonMPSUsers[g.name] = max(0, b.nonMPSUsers[g.name]+delta)
 }
 
 // claimDir is the host directory for a claim's runtime files.

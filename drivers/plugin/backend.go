@@ -110,6 +110,14 @@ type Reconciler interface {
 	Reconcile(ctx context.Context, prepared []ClaimState) error
 }
 
+// Restorer is implemented by backends that must know, before they first
+// discover devices, which devices the checkpoint names: every claim,
+// prepared or interrupted mid-prepare. A backend that makes hardware
+// state (partitions) tells its own from an operator's this way.
+type Restorer interface {
+	Restore(ctx context.Context, claims []ClaimState)
+}
+
 // HealthWatcher is implemented by backends that monitor device health.
 // WatchHealth runs until ctx ends and calls changed whenever Discover
 // would now report different devices (taints).

@@ -119,13 +119,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	d.recorder, d.stopRec = newRecorder(ctx, cfg)
 	register()
 
-	// Discover first: rolling back an interrupted prepare needs to know
-	// the devices.
-	if err := d.refreshInventory(ctx); err != nil {
-		d.stopRec()
-		return nil, err
-	}
-	if err := d.recover(ctx); err != nil {
+	if err := d.startUp(ctx); err != nil {
 		d.stopRec()
 		return nil, err
 	}
@@ -230,10 +224,26 @@ func (d *Driver) nodeRef() *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: d.cfg.NodeName, UID: d.cfg.NodeUID}
 }
 
-// recover loads the checkpoint and brings disk and hardware back in line
-// with it: interrupted prepares are rolled back, state from an earlier boot
-// is dropped, and CDI specs that no claim owns are removed.
-func (d *Driver) recover(ctx context.Context) error {
+// startUp brings the plugin's state back before it serves anything: the
+// checkpoint is loaded and handed to the backend, devices are discovered
+// (rolling back an interrupted prepare needs them, and a backend may need
+// the checkpoint to discover them), then disk and hardware are recovered.
+func (d *Driver) startUp(ctx context.Context) error {
+	if err := d.loadCheckpoint(ctx); err != nil {
+		return err
+	}
+	if r, ok := d.cfg.Backend.(Restorer); ok {
+		r.Restore(ctx, d.claimStates())
+	}
+	if err := d.refreshInventory(ctx); err != nil {
+		return err
+	}
+	return d.recover(ctx)
+}
+
+// loadCheckpoint reads the checkpoint: a corrupt one is quarantined and
+// replaced by an empty one, and state from an earlier boot is dropped.
+func (d *Driver) loadCheckpoint(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -261,6 +271,28 @@ func (d *Driver) recover(ctx context.Context) error {
 	}
 	state.BootID = bootID
 	d.state = state
+	return nil
+}
+
+// claimStates copies every claim of the checkpoint.
+func (d *Driver) claimStates() []ClaimState {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]ClaimState, 0, len(d.state.Claims))
+	for _, c := range d.state.Claims {
+		out = append(out, *c)
+	}
+	return out
+}
+
+// recover brings disk and hardware back in line with the loaded
+// checkpoint: interrupted prepares are rolled back, the backend
+// reconciles, and CDI specs that no claim owns are removed.
+func (d *Driver) recover(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	state := d.state
 
 	for uid, claim := range state.Claims {
 		if claim.Phase == PhasePrepareCompleted {

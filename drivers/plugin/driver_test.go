@@ -85,11 +85,8 @@ func newTestDriver(t *testing.T, dir string, backend *fakeBackend, bootID string
 		store:    checkpointStore{path: filepath.Join(dir, "checkpoint.json")},
 		recorder: record.NewFakeRecorder(10),
 	}
-	if err := d.refreshInventory(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.recover(ctx); err != nil {
-		t.Fatalf("recover: %v", err)
+	if err := d.startUp(ctx); err != nil {
+		t.Fatalf("start up: %v", err)
 	}
 	return d
 }

@@ -56,14 +56,26 @@ type NodeGroup struct {
 	// Hardware is a hardware preset such as nvidia-dgx-h100; empty means a
 	// node without accelerators.
 	Hardware string `json:"hardware,omitempty"`
-	// MIG is "dynamic" to publish every MIG placement of the node's GPUs
-	// and create instances on demand, or "none" (the default).
+	// MIG is the NVIDIA plugin's MIG mode: "static" (the default) publishes
+	// the instances that exist, "dynamic" publishes every MIG placement of
+	// the node's GPUs and creates instances per claim.
 	MIG string `json:"mig,omitempty"`
+	// MIGConfig is what a MIG manager made before the plugin started, as
+	// a mig-parted config entry says it: GPUs in MIG mode with instances.
+	MIGConfig []MIGDevices `json:"migConfig,omitempty"`
 }
 
-// MIG strategies of a node group.
+// MIGDevices puts GPUs into MIG mode with the given instances.
+type MIGDevices struct {
+	// Devices are GPU indices; empty means every GPU.
+	Devices []int `json:"devices,omitempty"`
+	// MIGDevices counts the instances per profile, e.g. {"3g.40gb": 2}.
+	MIGDevices map[string]int `json:"migDevices"`
+}
+
+// MIG modes of a node group.
 const (
-	MIGNone    = "none"
+	MIGStatic  = "static"
 	MIGDynamic = "dynamic"
 )
 
@@ -150,8 +162,19 @@ func (c *Cluster) validate() field.ErrorList {
 				errs = append(errs, field.Invalid(p.Child(name), q, err.Error()))
 			}
 		}
-		if g.MIG != "" && g.MIG != MIGNone && g.MIG != MIGDynamic {
-			errs = append(errs, field.NotSupported(p.Child("mig"), g.MIG, []string{MIGNone, MIGDynamic}))
+		if g.MIG != "" && g.MIG != MIGStatic && g.MIG != MIGDynamic {
+			errs = append(errs, field.NotSupported(p.Child("mig"), g.MIG, []string{MIGStatic, MIGDynamic}))
+		}
+		for j, m := range g.MIGConfig {
+			mp := p.Child("migConfig").Index(j)
+			if len(m.MIGDevices) == 0 {
+				errs = append(errs, field.Required(mp.Child("migDevices"), "name the instances to create per profile"))
+			}
+			for profile, n := range m.MIGDevices {
+				if n < 1 {
+					errs = append(errs, field.Invalid(mp.Child("migDevices").Key(profile), n, "must be at least 1"))
+				}
+			}
 		}
 		if g.Pods < 0 {
 			errs = append(errs, field.Invalid(p.Child("pods"), g.Pods, "must not be negative"))

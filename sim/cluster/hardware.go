@@ -26,8 +26,10 @@ type NodeHardware struct {
 	MPS *nvmlmock.MPS
 	// BootID is the node's current boot id.
 	BootID string
-	// DynamicMIG publishes MIG placements on the node.
-	DynamicMIG bool
+	// MIG is the NVIDIA plugin's MIG mode.
+	MIG nvidia.MIGMode
+	// TimeSlices records GPU time slices set for TimeSlicing claims.
+	TimeSlices *nvmlmock.TimeSlices
 }
 
 // Health monitoring periods of simulated NVIDIA nodes: shorter than on a
@@ -49,7 +51,7 @@ func (c *Cluster) NodeSpecs() ([]node.Spec, error) {
 				Capacity: g.Capacity(),
 			}
 			if g.Hardware != "" {
-				if err := withHardware(&spec, g.Hardware, g.MIG == MIGDynamic); err != nil {
+				if err := withHardware(&spec, g, fmt.Sprintf("nodeGroups[%s]", g.Name)); err != nil {
 					return nil, err
 				}
 			}
@@ -61,21 +63,29 @@ func (c *Cluster) NodeSpecs() ([]node.Spec, error) {
 
 // withHardware attaches a hardware preset: the fake sysfs/procfs written
 // before plugins start, and the kubelet plugins of the devices it has.
-func withHardware(spec *node.Spec, preset string, dynamicMIG bool) error {
-	m, err := hardware.Lookup(preset)
+func withHardware(spec *node.Spec, g NodeGroup, where string) error {
+	m, err := hardware.Lookup(g.Hardware)
 	if err != nil {
 		return err
 	}
+	mode, err := nvidia.ParseMIGMode(g.MIG)
+	if err != nil {
+		return fmt.Errorf("%s.mig: %w", where, err)
+	}
 	hw := &NodeHardware{
-		Machine:    m,
-		DynamicMIG: dynamicMIG,
-		BootID:     uuid.NewSHA1(uuid.NameSpaceOID, []byte("boot/"+spec.Name)).String(),
+		Machine: m,
+		MIG:     mode,
+		BootID:  uuid.NewSHA1(uuid.NameSpaceOID, []byte("boot/"+spec.Name)).String(),
 	}
 	if len(m.GPUs()) > 0 {
 		if hw.NVML, err = nvmlmock.New(m, spec.Name); err != nil {
 			return err
 		}
+		if err := applyMIGConfig(hw.NVML, len(m.GPUs()), g.MIGConfig, where); err != nil {
+			return err
+		}
 		hw.MPS = nvmlmock.NewMPS()
+		hw.TimeSlices = nvmlmock.NewTimeSlices()
 		spec.Plugins = append(spec.Plugins, node.PluginFactory{Driver: nvidia.DriverName, Start: hw.startNVIDIA})
 	}
 	spec.Hardware = hw
@@ -95,7 +105,8 @@ func (hw *NodeHardware) startNVIDIA(ctx context.Context, env node.PluginEnv) (no
 		FabricPartitionsFile: filepath.Join(env.Root, hardware.FabricPartitionsFile),
 		HAMiCoreLibrary:      filepath.Join(env.Root, "usr/local/vgpu/libvgpu.so"),
 		MPS:                  hw.MPS,
-		DynamicMIG:           hw.DynamicMIG,
+		MIG:                  hw.MIG,
+		TimeSlice:            hw.TimeSlices,
 		HealthInterval:       HealthInterval,
 		XIDHoldDown:          XIDHoldDown,
 	})
@@ -113,4 +124,25 @@ func (hw *NodeHardware) startNVIDIA(ctx context.Context, env node.PluginEnv) (no
 		CDIDir:        env.CDIDir,
 		BootIDPath:    filepath.Join(env.Root, hardware.BootIDFile),
 	})
+}
+
+// applyMIGConfig makes the instances a MIG manager would have made.
+func applyMIGConfig(srv *nvmlmock.Server, gpus int, config []MIGDevices, where string) error {
+	for j, m := range config {
+		devices := m.Devices
+		if len(devices) == 0 {
+			for i := 0; i < gpus; i++ {
+				devices = append(devices, i)
+			}
+		}
+		for _, i := range devices {
+			if i < 0 || i >= gpus {
+				return fmt.Errorf("%s.migConfig[%d].devices: GPU %d is not one of the node's %d GPUs", where, j, i, gpus)
+			}
+			if err := srv.ApplyMIGConfig(i, m.MIGDevices); err != nil {
+				return fmt.Errorf("%s.migConfig[%d]: %w", where, j, err)
+			}
+		}
+	}
+	return nil
 }

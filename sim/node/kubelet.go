@@ -30,19 +30,20 @@ type podClaim struct {
 }
 
 // preparedDevices maps claim UID to the devices the plugins returned.
-type preparedDevices map[types.UID][]*drapb.Device
+type preparedDevices map[types.UID][]preparedDevice
 
 // startPod prepares the pod's claims and returns the containers' view of
-// them. It is idempotent: prepare calls are idempotent in the plugins and
-// the node's claim bookkeeping is keyed by pod UID.
-func (n *Node) startPod(ctx context.Context, pod *corev1.Pod) (map[string]Container, error) {
+// them and the devices of each pod claim. It is idempotent: prepare calls
+// are idempotent in the plugins and the node's claim bookkeeping is keyed
+// by pod UID.
+func (n *Node) startPod(ctx context.Context, pod *corev1.Pod) (map[string]Container, map[string][]preparedDevice, error) {
 	claims, err := n.resolveClaims(ctx, pod)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	devices, err := n.prepare(ctx, pod, claims)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	containers := map[string]Container{}
 	for _, c := range pod.Spec.Containers {
@@ -52,11 +53,17 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod) (map[string]Contai
 		}
 		view, err := n.runtime.inject(ids)
 		if err != nil {
-			return nil, fmt.Errorf("container %s: %w", c.Name, err)
+			return nil, nil, fmt.Errorf("container %s: %w", c.Name, err)
 		}
 		containers[c.Name] = view
 	}
-	return containers, nil
+	byPodClaim := map[string][]preparedDevice{}
+	for _, pc := range claims {
+		if pc.podClaimName != "" {
+			byPodClaim[pc.podClaimName] = devices[pc.claim.UID]
+		}
+	}
+	return containers, byPodClaim, nil
 }
 
 // resolveClaims finds the ResourceClaim of every pod claim and checks that
@@ -162,7 +169,10 @@ func (n *Node) prepare(ctx context.Context, pod *corev1.Pod, claims []podClaim) 
 			case r.Error != "":
 				errs = append(errs, fmt.Sprintf("claim %s/%s: %s", c.Namespace, c.Name, r.Error))
 			default:
-				devices[types.UID(c.Uid)] = append(devices[types.UID(c.Uid)], r.Devices...)
+				for _, d := range r.Devices {
+					devices[types.UID(c.Uid)] = append(devices[types.UID(c.Uid)], preparedDevice{
+						driver: driver, pool: d.PoolName, device: d.DeviceName, requests: d.RequestNames, cdiIDs: d.CdiDeviceIds})
+				}
 			}
 		}
 		if len(errs) > 0 {
@@ -203,8 +213,8 @@ func containerCDIDevices(c corev1.Container, claims []podClaim, devices prepared
 	for _, pc := range claims {
 		for _, request := range pc.extended[c.Name] {
 			for _, d := range devices[pc.claim.UID] {
-				if servesRequest(d.RequestNames, request) {
-					ids = append(ids, d.CdiDeviceIds...)
+				if servesRequest(d.requests, request) {
+					ids = append(ids, d.cdiIDs...)
 				}
 			}
 		}
@@ -215,8 +225,8 @@ func containerCDIDevices(c corev1.Container, claims []podClaim, devices prepared
 				continue
 			}
 			for _, d := range devices[pc.claim.UID] {
-				if ref.Request == "" || servesRequest(d.RequestNames, ref.Request) {
-					ids = append(ids, d.CdiDeviceIds...)
+				if ref.Request == "" || servesRequest(d.requests, ref.Request) {
+					ids = append(ids, d.cdiIDs...)
 				}
 			}
 		}

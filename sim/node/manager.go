@@ -50,6 +50,8 @@ type Manager struct {
 	recorders  map[string]record.EventRecorder
 	known      map[string]podRecord // pod key -> where it ran, for deletions
 	containers map[types.UID]map[string]Container
+	// devices are the prepared devices of each running pod, by pod claim.
+	devices map[types.UID]map[string][]preparedDevice
 }
 
 type podRecord struct {
@@ -77,6 +79,7 @@ func NewManager(ctx context.Context, client kubernetes.Interface, baseDir string
 		recorders:  map[string]record.EventRecorder{},
 		known:      map[string]podRecord{},
 		containers: map[types.UID]map[string]Container{},
+		devices:    map[types.UID]map[string][]preparedDevice{},
 	}
 	m.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	if err := m.pods.AddIndexers(cache.Indexers{nodeNameIndex: func(obj any) ([]string, error) {
@@ -116,7 +119,7 @@ func NewManager(ctx context.Context, client kubernetes.Interface, baseDir string
 
 // AddNode creates a node and starts its plugins.
 func (m *Manager) AddNode(ctx context.Context, spec Spec) (*Node, error) {
-	n, err := newNode(ctx, m.client, m.baseDir, spec)
+	n, err := newNode(ctx, m.client, m.baseDir, spec, m.ctx, func(n *Node, keys []deviceKey) { m.refreshHealth(m.ctx, n, keys) })
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +244,7 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 	if pod.Status.Phase == corev1.PodRunning && m.Containers(pod.UID) != nil {
 		return nil
 	}
-	containers, err := n.startPod(ctx, pod)
+	containers, devices, err := n.startPod(ctx, pod)
 	if err != nil {
 		if errors.Is(err, errNotReady) {
 			return err
@@ -256,11 +259,12 @@ func (m *Manager) sync(ctx context.Context, key string) error {
 	}
 	m.mu.Lock()
 	m.containers[pod.UID] = containers
+	m.devices[pod.UID] = devices
 	m.mu.Unlock()
 	if pod.Status.Phase == corev1.PodRunning {
 		return nil
 	}
-	if err := m.markRunning(ctx, n, pod); err != nil {
+	if err := m.markRunning(ctx, n, pod, devices); err != nil {
 		return err
 	}
 	logger.V(2).Info("Pod running", "claims", len(pod.Spec.ResourceClaims))
@@ -284,6 +288,7 @@ func (m *Manager) podGone(ctx context.Context, key string) error {
 	m.mu.Lock()
 	delete(m.known, key)
 	delete(m.containers, rec.uid)
+	delete(m.devices, rec.uid)
 	m.mu.Unlock()
 	return nil
 }
@@ -298,6 +303,7 @@ func (m *Manager) goingAway(ctx context.Context, pod *corev1.Pod) bool {
 func (m *Manager) forget(uid types.UID) {
 	m.mu.Lock()
 	delete(m.containers, uid)
+	delete(m.devices, uid)
 	m.mu.Unlock()
 }
 

@@ -80,6 +80,7 @@ type Node struct {
 
 	clients *pluginClients
 	runtime *containerRuntime
+	health  *healthCache
 
 	mu      sync.Mutex
 	plugins map[string]Plugin
@@ -96,7 +97,7 @@ type preparedClaim struct {
 
 // newNode creates the Node object and the node's directories and starts
 // its plugins.
-func newNode(ctx context.Context, client kubernetes.Interface, baseDir string, spec Spec) (*Node, error) {
+func newNode(ctx context.Context, client kubernetes.Interface, baseDir string, spec Spec, watchCtx context.Context, healthChanged func(*Node, []deviceKey)) (*Node, error) {
 	obj, err := createNodeObject(ctx, client, spec)
 	if err != nil {
 		return nil, err
@@ -132,11 +133,12 @@ func newNode(ctx context.Context, client kubernetes.Interface, baseDir string, s
 	n := &Node{
 		Spec:    spec,
 		Env:     env,
-		clients: newPluginClients(env.RegistryDir),
 		runtime: rt,
+		health:  newHealthCache(),
 		plugins: map[string]Plugin{},
 		claims:  map[types.UID]*preparedClaim{},
 	}
+	n.clients = newPluginClients(watchCtx, env.RegistryDir, n.health, func(keys []deviceKey) { healthChanged(n, keys) })
 	for _, p := range spec.Plugins {
 		if err := n.startPlugin(ctx, p); err != nil {
 			n.stop()
@@ -155,7 +157,9 @@ func (n *Node) startPlugin(ctx context.Context, p PluginFactory) error {
 	n.mu.Lock()
 	n.plugins[p.Driver] = plugin
 	n.mu.Unlock()
-	return nil
+	// Register it now, as kubelet does when the socket appears, so its
+	// device health is followed before any pod needs it.
+	return n.clients.scan(ctx)
 }
 
 // RestartPlugin stops a driver's plugin and starts a new instance on the
@@ -222,7 +226,7 @@ func createNodeObject(ctx context.Context, client kubernetes.Interface, spec Spe
 			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 			Message: "simulated kubelet is posting ready status", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
 		}},
-		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.36.3", OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "strata-sim://1"},
+		NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "strata-sim://1"},
 	}
 	updated, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
 	if err != nil {

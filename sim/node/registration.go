@@ -23,6 +23,13 @@ const draPluginType = "DRAPlugin"
 // the registration outcome, and its DRA endpoint is dialled.
 type pluginClients struct {
 	registryDir string
+	// ctx ends the health watches when the node stops.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// health receives the plugins' device health; healthChanged is told
+	// which devices changed.
+	health        *healthCache
+	healthChanged func([]deviceKey)
 
 	mu      sync.Mutex
 	drivers map[string]*driverConn // by driver name
@@ -34,8 +41,17 @@ type driverConn struct {
 	client   drapb.DRAPluginClient
 }
 
-func newPluginClients(registryDir string) *pluginClients {
-	return &pluginClients{registryDir: registryDir, drivers: map[string]*driverConn{}}
+func newPluginClients(ctx context.Context, registryDir string, health *healthCache, changed func([]deviceKey)) *pluginClients {
+	ctx, cancel := context.WithCancel(ctx)
+	return &pluginClients{registryDir: registryDir, ctx: ctx, cancel: cancel, health: health, healthChanged: changed, drivers: map[string]*driverConn{}}
+}
+
+// scan registers the plugins whose sockets are in the registration
+// directory now, as kubelet's plugin watcher does when a socket appears.
+func (p *pluginClients) scan(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.scanLocked(ctx)
 }
 
 // client returns the DRA client of a driver, registering plugins that
@@ -103,10 +119,14 @@ func (p *pluginClients) registerLocked(ctx context.Context, socket string) error
 		old.conn.Close()
 	}
 	p.drivers[info.Name] = &driverConn{endpoint: info.Endpoint, conn: draConn, client: drapb.NewDRAPluginClient(draConn)}
+	if offersHealth(info) {
+		go watchHealth(p.ctx, info.Name, draConn, p.health, p.healthChanged)
+	}
 	return nil
 }
 
 func (p *pluginClients) close() {
+	p.cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for name, d := range p.drivers {

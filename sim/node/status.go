@@ -11,7 +11,7 @@ import (
 
 // markRunning writes the status kubelet reports once all containers of a
 // pod started.
-func (m *Manager) markRunning(ctx context.Context, n *Node, pod *corev1.Pod) error {
+func (m *Manager) markRunning(ctx context.Context, n *Node, pod *corev1.Pod, devices map[string][]preparedDevice) error {
 	now := metav1.Now()
 	updated := pod.DeepCopy()
 	st := &updated.Status
@@ -38,6 +38,7 @@ func (m *Manager) markRunning(ctx context.Context, n *Node, pod *corev1.Pod) err
 			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 		})
 	}
+	n.withResourceHealth(st, pod, devices)
 	if _, err := m.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("update pod status: %w", err)
 	}

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -55,6 +56,20 @@ func (c *GpuConfig) Validate() field.ErrorList {
 		}
 		errs = append(errs, percent(hp.Child("coreLimit"), s.HAMiCore.CoreLimit)...)
 		errs = append(errs, positive(hp.Child("memoryLimit"), s.HAMiCore.MemoryLimit)...)
+	}
+	if s.TimeSlicing != nil {
+		tp := p.Child("timeSlicing")
+		if s.Strategy != SharingTimeSlicing {
+			errs = append(errs, field.Forbidden(tp, "only with strategy TimeSlicing"))
+		}
+		if iv := s.TimeSlicing.Interval; iv != "" && !slices.Contains(TimeSliceIntervals, iv) {
+			errs = append(errs, field.NotSupported(tp.Child("interval"), iv, TimeSliceIntervals))
+		}
+	}
+	switch s.ComputeShare {
+	case "", ComputeShareProportional, ComputeShareUnlimited:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("computeShare"), s.ComputeShare, []ComputeShare{ComputeShareProportional, ComputeShareUnlimited}))
 	}
 	if s.MPS != nil {
 		mp := p.Child("mps")

@@ -32,6 +32,19 @@ func TestDecodeGpuConfig(t *testing.T) {
 			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS","mps":{"pinnedMemoryLimit":"-1Gi"}}}`,
 			want: "sharing.mps.pinnedMemoryLimit",
 		},
+		"time slice": {raw: `{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`},
+		"bad time slice": {
+			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Forever"}}}`,
+			want: `sharing.timeSlicing.interval: Unsupported value: "Forever"`,
+		},
+		"time slice with MPS": {
+			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS","timeSlicing":{"interval":"Long"}}}`,
+			want: "sharing.timeSlicing: Forbidden: only with strategy TimeSlicing",
+		},
+		"bad compute share": {
+			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"HAMiCore","computeShare":"Half"}}`,
+			want: `sharing.computeShare: Unsupported value: "Half"`,
+		},
 		"wrong kind": {
 			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"NpuConfig"}`,
 			want: `kind "NpuConfig"`,

@@ -35,8 +35,9 @@ const (
 	// SharingMPS runs the claim's processes as clients of the GPU's CUDA
 	// MPS server, with per-client thread and memory limits.
 	SharingMPS SharingStrategy = "MPS"
-	// SharingTimeSlicing lets processes take turns on the whole GPU; the
-	// share is a scheduling promise only.
+	// SharingTimeSlicing lets processes take turns on the whole GPU with
+	// the driver's time-slice scheduler; the share is a scheduling promise
+	// only (no memory or fault isolation).
 	SharingTimeSlicing SharingStrategy = "TimeSlicing"
 	// SharingNone gives the container the GPU with no limit.
 	SharingNone SharingStrategy = "None"
@@ -54,10 +55,63 @@ type GpuSharing struct {
 	// +optional
 	HAMiCore *HAMiCoreConfig `json:"hamiCore,omitempty"`
 
+	// TimeSlicing sets the GPU's time slice; only with strategy
+	// TimeSlicing.
+	//
+	// +optional
+	TimeSlicing *TimeSlicingConfig `json:"timeSlicing,omitempty"`
+
+	// ComputeShare says what compute a claim may use when it reserved no
+	// cores (it asked only for memory): Proportional (the default) limits
+	// it to the fraction of the GPU's memory it holds, Unlimited lets it
+	// use whatever compute is idle. Enforced by HAMiCore and MPS; a
+	// DeviceClass config sets it for every claim of the class.
+	//
+	// +optional
+	ComputeShare ComputeShare `json:"computeShare,omitempty"`
+
 	// MPS tunes the MPS client limits; only with strategy MPS.
 	//
 	// +optional
 	MPS *MPSConfig `json:"mps,omitempty"`
+}
+
+// ComputeShare is the compute limit of a claim that reserved no cores.
+//
+// +kubebuilder:validation:Enum=Proportional;Unlimited
+type ComputeShare string
+
+// Compute shares.
+const (
+	ComputeShareProportional ComputeShare = "Proportional"
+	ComputeShareUnlimited    ComputeShare = "Unlimited"
+)
+
+// TimeSliceInterval names one of the driver's time-slice lengths, as
+// nvidia-smi compute-policy --set-timeslice numbers them.
+//
+// +kubebuilder:validation:Enum=Default;Short;Medium;Long
+type TimeSliceInterval string
+
+// Time-slice intervals.
+const (
+	TimeSliceDefault TimeSliceInterval = "Default"
+	TimeSliceShort   TimeSliceInterval = "Short"
+	TimeSliceMedium  TimeSliceInterval = "Medium"
+	TimeSliceLong    TimeSliceInterval = "Long"
+)
+
+// TimeSliceIntervals lists the intervals in the driver's numbering (0-3).
+var TimeSliceIntervals = []TimeSliceInterval{TimeSliceDefault, TimeSliceShort, TimeSliceMedium, TimeSliceLong}
+
+// TimeSlicingConfig sets how long each process runs before the GPU
+// switches to the next. The setting is per GPU: every claim time-slicing
+// one GPU must ask for the same interval.
+type TimeSlicingConfig struct {
+	// Interval is the time slice; Default if empty.
+	//
+	// +optional
+	Interval TimeSliceInterval `json:"interval,omitempty"`
 }
 
 // HAMiCoreConfig overrides the limits HAMi-core enforces. By default they
