@@ -1,4 +1,4 @@
-// Command strata-scheduler is kube-scheduler 1.36 with Strata's plugins
+// Command strata-scheduler is kube-scheduler 1.37 with Strata's plugins
 // compiled in. It takes kube-scheduler's flags; the configuration Strata
 // ships is scheduler-plugins/config/strata-scheduler.yaml.
 package main

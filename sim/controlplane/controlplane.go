@@ -1,4 +1,4 @@
-// Package controlplane runs a real Kubernetes 1.36 control plane inside the
+// Package controlplane runs a real Kubernetes 1.37 control plane inside the
 // current process: embedded etcd, kube-apiserver, the ResourceClaim
 // controller and kube-scheduler built with Strata's plugins. Tests,
 // benchmarks and strata-sim all stand on it.
@@ -22,7 +22,7 @@ import (
 	schedconfig "github.com/strata-sh/strata/scheduler-plugins/config"
 )
 
-// Options configure a control plane. The zero value runs a stock 1.36
+// Options configure a control plane. The zero value runs a stock 1.37
 // cluster (all DRA features that are on by default) with Strata's
 // scheduler profiles.
 type Options struct {

@@ -109,14 +109,19 @@ func TestWholeGPULifecycle(t *testing.T) {
 	if len(nodes) != 1 || nodes[0].Path != "/dev/nvidia3" || nodes[0].Major != hardware.NvidiaMajor || nodes[0].Minor != 3 || nodes[0].Type != "c" {
 		t.Errorf("GPU device node = %+v, want c 195:3 /dev/nvidia3", nodes)
 	}
-	if !slices.Contains(spec.ContainerEdits.Env, "NVIDIA_VISIBLE_DEVICES="+uuid) {
-		t.Errorf("CDI env %v lacks NVIDIA_VISIBLE_DEVICES=%s", spec.ContainerEdits.Env, uuid)
+	// The container sees the GPU through its device node; the NVIDIA
+	// runtime hook is told to add nothing.
+	if !slices.Contains(spec.ContainerEdits.Env, "NVIDIA_VISIBLE_DEVICES=void") {
+		t.Errorf("CDI env %v lacks NVIDIA_VISIBLE_DEVICES=void", spec.ContainerEdits.Env)
 	}
 	view := e.sim.Nodes.Containers(pod.UID)["main"]
 	for _, want := range []string{"/dev/nvidia3", "/dev/nvidiactl", "/dev/nvidia-uvm"} {
 		if !slices.Contains(view.DeviceNodes, want) {
 			t.Errorf("container device nodes %v lack %s", view.DeviceNodes, want)
 		}
+	}
+	if gpus := gpuNodes(view.DeviceNodes); len(gpus) != 1 {
+		t.Errorf("container GPU nodes %v, want /dev/nvidia3 only (uuid %s)", gpus, uuid)
 	}
 	if got := e.checkpointClaims(nodeName, nvidia.DriverName)[string(claim.UID)]; got != "PrepareCompleted" {
 		t.Errorf("checkpoint phase of claim = %q, want PrepareCompleted", got)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -294,6 +295,18 @@ func (e *env) nvidiaLeftovers(nodeName string) []string {
 	}
 	for _, uuid := range e.hardware(nodeName).MPS.Running() {
 		out = append(out, "MPS daemon on "+uuid)
+	}
+	return out
+}
+
+// gpuNodes picks the GPU device nodes (/dev/nvidiaN) out of a container's
+// device nodes.
+func gpuNodes(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if rest, ok := strings.CutPrefix(p, "/dev/nvidia"); ok && rest != "" && strings.Trim(rest, "0123456789") == "" {
+			out = append(out, p)
+		}
 	}
 	return out
 }

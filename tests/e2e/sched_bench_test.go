@@ -35,7 +35,7 @@ import (
 // in-process control plane: 16 gangs of 8 pods, each asking for all 8 GPUs of
 // a node through a DRA claim, on STRATA_BENCH_NODES (default 1,024) DGX
 // H100 nodes in blocks of 32 under spines of 8 blocks. "plain" runs the
-// same pods through the stock 1.36 profile (no gang, no topology);
+// same pods through the stock 1.37 profile (no gang, no topology);
 // "strata" through strata-scheduler with a PreferGather block rule. The
 // nodes' ResourceSlices are published as the NVIDIA plugin lays them out,
 // without running the plugins: the measurement is the scheduler's.
@@ -219,7 +219,7 @@ func deleteBenchPods(b *testing.B, ctx context.Context, cs kubernetes.Interface,
 // until every member carries a nominated node (victims chosen and marked
 // for deletion, members nominated). Victims are not deleted in between
 // sizes: each size runs on a freshly filled cluster. "plain" is the
-// baseline: the same pods with no gang through the stock 1.36 profile,
+// baseline: the same pods with no gang through the stock 1.37 profile,
 // whose DefaultPreemption evicts pod by pod.
 func BenchmarkGangPreemption(b *testing.B) {
 	nodes := 1024
