@@ -3,9 +3,9 @@ package nvmlmock
 import (
 	"context"
 	"fmt"
-	"sync"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )

@@ -286,4 +286,3 @@ func (m *Manager) devicesOf(uid types.UID) map[string][]preparedDevice {
 	defer m.mu.Unlock()
 	return m.devices[uid]
 }
-
