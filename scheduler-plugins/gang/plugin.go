@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
+	compositelisters "k8s.io/client-go/listers/scheduling/v1alpha3"
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
 	"k8s.io/client-go/tools/cache"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -46,11 +46,15 @@ type Plugin struct {
 	src      *sources
 	capacity *capacityEstimator
 	status   *statusWriter
-	// upstream lists scheduling.k8s.io/v1alpha2 PodGroups; nil when the
-	// cluster does not serve them.
-	upstream schedulinglisters.PodGroupLister
+	// upstream lists scheduling.k8s.io/v1beta1 PodGroups, composites
+	// v1alpha3 CompositePodGroups; nil when the cluster does not serve
+	// them (GenericWorkload, CompositePodGroup gates).
+	upstream   schedulinglisters.PodGroupLister
+	composites compositelisters.CompositePodGroupLister
 
 	pdbLister policylisters.PodDisruptionBudgetLister
+	// spares is what each proposed upstream placement leaves free.
+	spares placementSpares
 
 	mu    sync.Mutex
 	plans map[string]*plan
@@ -91,6 +95,10 @@ var (
 	_ fwk.ReservePlugin     = (*Plugin)(nil)
 	_ fwk.PermitPlugin      = (*Plugin)(nil)
 	_ fwk.EnqueueExtensions = (*Plugin)(nil)
+
+	_ fwk.PlacementGeneratePlugin  = (*Plugin)(nil)
+	_ fwk.PlacementScorePlugin     = (*Plugin)(nil)
+	_ fwk.PlacementScoreExtensions = (*Plugin)(nil)
 )
 
 // cores holds one plugin state per scheduler: kube-scheduler creates a
@@ -131,6 +139,9 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	}
 	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
 		p.upstream = h.SharedInformerFactory().Scheduling().V1beta1().PodGroups().Lister()
+	}
+	if utilfeature.DefaultFeatureGate.Enabled(features.CompositePodGroup) {
+		p.composites = h.SharedInformerFactory().Scheduling().V1alpha3().CompositePodGroups().Lister()
 	}
 	p.status = newStatusWriter(ctx, p.src, h.EventRecorder())
 	// Without the GangScheduling feature gate kube-scheduler does not
@@ -188,7 +199,7 @@ func (p *Plugin) specByKey(key string, member *corev1.Pod) *gangSpec {
 		return specFromPodGroup(pg)
 	}
 	if pg := p.upstreamPodGroup(ns, name); pg != nil {
-		return specFromUpstream(pg)
+		return specFromUpstream(pg, p.ancestors(pg))
 	}
 	if member == nil {
 		if objs, _ := p.podIndex.ByIndex(gangIndex, key); len(objs) > 0 {
@@ -202,19 +213,6 @@ func (p *Plugin) specByKey(key string, member *corev1.Pod) *gangSpec {
 	}
 	return &gangSpec{key: key, minMember: 1, group: []string{key},
 		err: fmt.Errorf("PodGroup %s not found (pods name it with label %s)", key, schedulingv1alpha1.PodGroupLabel)}
-}
-
-// upstreamPodGroup returns a scheduling.k8s.io/v1alpha2 PodGroup when the
-// cluster serves that API (GenericWorkload gate), else nil.
-func (p *Plugin) upstreamPodGroup(namespace, name string) *schedulingv1beta1.PodGroup {
-	if p.upstream == nil {
-		return nil
-	}
-	pg, err := p.upstream.PodGroups(namespace).Get(name)
-	if err != nil {
-		return nil
-	}
-	return pg
 }
 
 // members returns the live pods of a gang.
@@ -276,6 +274,9 @@ func (p *Plugin) sortKey(q fwk.QueuedEntityInfo) (time.Time, string, string) {
 		return q.GetTimestamp(), "", name
 	}
 	g := p.specByKey(key, pod)
+	if g.err != nil {
+		return q.GetTimestamp(), key, name
+	}
 	t := g.created.Time
 	for _, k := range g.group {
 		if k == key {
@@ -357,6 +358,11 @@ func (p *Plugin) PreFilter(ctx context.Context, _ fwk.CycleState, pod *corev1.Po
 	if g.err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, g.err.Error())
 	}
+	if g.upstream {
+		// Placed by the scheduler's pod-group cycle, in the placements
+		// GeneratePlacements proposes.
+		return nil, nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pl := p.plans[g.key]
@@ -394,14 +400,6 @@ func (p *Plugin) pendingAndPlaced(g *gangSpec) (int, map[string]int) {
 	return max(pending, 1), placed
 }
 
-// rulesFor adds an upstream PodGroup's topology key to the gang's rules.
-func (p *Plugin) rulesFor(g *gangSpec, tree *topology.Tree) []topology.Rule {
-	if g.labelKey == "" {
-		return g.rules
-	}
-	return append(append([]topology.Rule(nil), g.rules...), topology.Rule{Layer: layerFor(tree, g.labelKey), Strategy: topology.MustGather})
-}
-
 // computePlan places the gang's pending members.
 func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, nodes []fwk.NodeInfo) (*plan, *fwk.Status) {
 	logger := klog.FromContext(ctx)
@@ -412,12 +410,12 @@ func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, 
 		p.failures[g.key] = failure{msg: msg}
 		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
 	}
-	tree, err := p.tree(nodes, g.labelKey)
+	tree, err := p.tree(nodes)
 	if err != nil {
 		p.failures[g.key] = failure{msg: err.Error(), final: true}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	res, err := topology.Place(tree, topology.Request{Pods: pending, Capacity: capacity, Placed: placed, Rules: p.rulesFor(g, tree)})
+	res, err := topology.Place(tree, topology.Request{Pods: pending, Capacity: capacity, Placed: placed, Rules: g.rules})
 	if err != nil {
 		msg := fmt.Sprintf("gang %s: %v", g.key, err)
 		if shortfall != "" {
@@ -441,19 +439,14 @@ func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, 
 }
 
 // tree builds the network tree of the candidate nodes from the
-// ClusterNetworkTopology; without one the cluster is flat. A label key
-// that no layer reads (an upstream PodGroup's topology constraint) becomes
-// a layer of its own.
-func (p *Plugin) tree(nodes []fwk.NodeInfo, labelKey string) (*topology.Tree, error) {
+// ClusterNetworkTopology; without one the cluster is flat.
+func (p *Plugin) tree(nodes []fwk.NodeInfo) (*topology.Tree, error) {
 	var layers []topology.Layer
 	if t := p.src.topology(); t != nil {
 		var err error
 		if layers, err = topology.Layers(t.Spec); err != nil {
 			return nil, fmt.Errorf("ClusterNetworkTopology %s: %w", t.Name, err)
 		}
-	}
-	if labelKey != "" && layerWithKey(layers, labelKey) == "" {
-		layers = []topology.Layer{{Name: labelKey, LabelKeys: []string{labelKey}}}
 	}
 	in := make([]topology.Node, 0, len(nodes))
 	for _, ni := range nodes {
@@ -464,22 +457,6 @@ func (p *Plugin) tree(nodes []fwk.NodeInfo, labelKey string) (*topology.Tree, er
 	return topology.Build(layers, in), nil
 }
 
-func layerWithKey(layers []topology.Layer, key string) string {
-	for _, l := range layers {
-		for _, k := range l.LabelKeys {
-			if k == key {
-				return l.Name
-			}
-		}
-	}
-	return ""
-}
-
-// layerFor names the tree layer that reads a label key.
-func layerFor(t *topology.Tree, key string) string {
-	return layerWithKey(t.Layers, key)
-}
-
 // Filter implements fwk.FilterPlugin: a gang member goes only where its
 // plan has room left; any other pod stays off nodes whose freed room is
 // nominated to a gang of higher priority.
@@ -488,7 +465,7 @@ func (p *Plugin) Filter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, ni
 	if holder := p.reservedFor(ni.Node().Name, corev1helpers.PodPriority(pod), key); holder != "" {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node's freed room is reserved for gang %s", holder))
 	}
-	if key == "" {
+	if key == "" || p.gangOf(pod).upstream {
 		return nil
 	}
 	p.mu.Lock()
@@ -558,7 +535,11 @@ func (p *Plugin) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod,
 		}
 	}
 	p.mu.Unlock()
-	p.releaseGroup(g, fmt.Sprintf("member %s was released", pod.Name))
+	// An upstream group's cycle reserves and unreserves every member
+	// while it tries placements; its failures are the in-tree plugin's.
+	if !g.upstream {
+		p.releaseGroup(g, fmt.Sprintf("member %s was released", pod.Name))
+	}
 }
 
 // releaseGroup rejects every waiting member of the gang's group and drops

@@ -73,11 +73,11 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
-	tree, err := p.tree(nodes, g.labelKey)
+	tree, err := p.tree(nodes)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	rules := p.rulesFor(g, tree)
+	rules := g.rules
 	place := func(set []int) (*topology.Plan, error) {
 		capacity, _, err := p.capacity.capacities(ctx, pod, pending, nodes, p.adjustFor(units, set, base))
 		if err != nil {
@@ -186,19 +186,34 @@ func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) stri
 
 // victimUnits groups the pods of lower priority into jobs: a gang with all
 // its pods, or a lone pod. A gang with any member that may not be evicted
-// is not a candidate.
+// is not a candidate. Upstream pod groups are evicted as their
+// disruptionMode says: pod by pod (Single) or whole, up to the highest
+// group with mode All.
 func (p *Plugin) victimUnits(nodes []fwk.NodeInfo, prio int32) []victimUnit {
 	byKey := map[string]*victimUnit{}
 	blocked := map[string]bool{}
+	unitOf := map[string]string{} // gang key -> unit key, "" for pod by pod
 	var keys []string
 	for _, ni := range nodes {
 		for _, pi := range ni.GetPods() {
 			v := pi.GetPod()
-			key := gangKeyOf(v)
-			if key == "" {
-				key = "pod " + v.Namespace + "/" + v.Name
-			} else {
-				key = "gang " + key
+			key := "pod " + v.Namespace + "/" + v.Name
+			if gk := gangKeyOf(v); gk != "" {
+				unit, ok := unitOf[gk]
+				if !ok {
+					g := p.specByKey(gk, v)
+					unit = "gang " + gk
+					if g.upstream {
+						unit = ""
+						if g.victimKey != "" {
+							unit = "gang " + g.victimKey
+						}
+					}
+					unitOf[gk] = unit
+				}
+				if unit != "" {
+					key = unit
+				}
 			}
 			if v.DeletionTimestamp != nil {
 				continue

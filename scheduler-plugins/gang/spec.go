@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
@@ -117,13 +118,15 @@ type gangSpec struct {
 	// podGroup is the PodGroup object, nil for a gang defined on pods or
 	// by the upstream workload API.
 	podGroup *schedulingv1alpha1.PodGroup
-	// labelKey, from an upstream PodGroup's topology constraint, requires
-	// all members in one domain of a node label.
-	labelKey string
-	// upstream is set for scheduling.k8s.io/v1alpha2 PodGroups: the
+	// upstream is set for scheduling.k8s.io/v1beta1 PodGroups: the
 	// scheduler schedules them as a group in one cycle and its own
 	// GangScheduling plugin counts the quorum; Strata places them.
 	upstream bool
+	// victimKey says how the gang's pods are evicted when a higher-priority
+	// gang preempts: as one unit with that key (community gangs; upstream
+	// groups with disruptionMode All, keyed by the highest such group), or
+	// one by one when empty (upstream disruptionMode Single).
+	victimKey string
 	// err makes every member unschedulable with a message that names the
 	// bad field.
 	err error
@@ -153,6 +156,7 @@ func specFromPodGroup(pg *schedulingv1alpha1.PodGroup) *gangSpec {
 		timeout:   DefaultScheduleTimeout,
 		created:   pg.CreationTimestamp,
 		podGroup:  pg,
+		victimKey: pg.Namespace + "/" + pg.Name,
 	}
 	if g.minMember < 1 {
 		g.minMember = 1
@@ -166,7 +170,7 @@ func specFromPodGroup(pg *schedulingv1alpha1.PodGroup) *gangSpec {
 
 // specFromPod reads a gang defined only by pod annotations.
 func specFromPod(pod *corev1.Pod, key string) *gangSpec {
-	g := &gangSpec{key: key, minMember: 1, timeout: DefaultScheduleTimeout, created: pod.CreationTimestamp}
+	g := &gangSpec{key: key, minMember: 1, timeout: DefaultScheduleTimeout, created: pod.CreationTimestamp, victimKey: key}
 	if v, from, ok := annotation(pod.Annotations, KeyMinAvailable); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -228,9 +232,11 @@ func (g *gangSpec) fill(namespace string, ann map[string]string) {
 }
 
 // specFromUpstream reads a gang from an upstream PodGroup
-// (scheduling.k8s.io/v1alpha2): minCount from the gang policy, and the
-// topology constraint's label key as a MustGather rule.
-func specFromUpstream(pg *schedulingv1beta1.PodGroup) *gangSpec {
+// (scheduling.k8s.io/v1beta1): minCount from the gang policy, and the
+// disruption mode of the group and of the CompositePodGroups above it
+// (ancestors, innermost first), which decides how its pods are preempted.
+// Its topology constraints are placed by GeneratePlacements.
+func specFromUpstream(pg *schedulingv1beta1.PodGroup, ancestors []*schedulingv1alpha3.CompositePodGroup) *gangSpec {
 	g := &gangSpec{
 		key:         pg.Namespace + "/" + pg.Name,
 		minMember:   1,
@@ -242,8 +248,13 @@ func specFromUpstream(pg *schedulingv1beta1.PodGroup) *gangSpec {
 	if gang := pg.Spec.SchedulingPolicy.Gang; gang != nil && gang.MinCount > 0 {
 		g.minMember = int(gang.MinCount)
 	}
-	if c := pg.Spec.SchedulingConstraints; c != nil && len(c.Topology) > 0 {
-		g.labelKey = c.Topology[0].Key
+	if m := pg.Spec.DisruptionMode; m != nil && m.All != nil {
+		g.victimKey = g.key
+	}
+	for _, a := range ancestors { // innermost first: the last All wins
+		if m := a.Spec.DisruptionMode; m != nil && m.All != nil {
+			g.victimKey = a.Namespace + "/" + a.Name
+		}
 	}
 	// Strata's annotations work on upstream PodGroups too.
 	g.fill(pg.Namespace, pg.Annotations)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -105,8 +106,31 @@ func TestSpecFromUpstream(t *testing.T) {
 			SchedulingPolicy:      schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 4}},
 			SchedulingConstraints: &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: "topology.kubernetes.io/rack"}}},
 		},
-	})
-	if g.minMember != 4 || g.labelKey != "topology.kubernetes.io/rack" || !g.upstream {
-		t.Errorf("upstream spec = %+v", g)
+	}, nil)
+	if g.minMember != 4 || !g.upstream || g.victimKey != "" {
+		t.Errorf("upstream spec = %+v, want minMember 4, pods evicted one by one", g)
+	}
+}
+
+// TestSpecFromUpstreamComposite: the highest composite with disruptionMode
+// All is what preemption evicts whole.
+func TestSpecFromUpstreamComposite(t *testing.T) {
+	constraint := func(key string) *schedulingv1alpha3.CompositePodGroupSchedulingConstraints {
+		return &schedulingv1alpha3.CompositePodGroupSchedulingConstraints{Topology: []schedulingv1alpha3.TopologyConstraint{{Key: key}}}
+	}
+	job := &schedulingv1alpha3.CompositePodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "job"},
+		Spec: schedulingv1alpha3.CompositePodGroupSpec{SchedulingConstraints: constraint("spine"), DisruptionMode: &schedulingv1alpha3.CompositeDisruptionMode{All: &schedulingv1alpha3.AllCompositeDisruptionMode{}}}}
+	stage := &schedulingv1alpha3.CompositePodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "stage"},
+		Spec: schedulingv1alpha3.CompositePodGroupSpec{ParentCompositePodGroupName: ptr.To("job"), SchedulingConstraints: constraint("block")}}
+	g := specFromUpstream(&schedulingv1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "workers"},
+		Spec: schedulingv1beta1.PodGroupSpec{
+			ParentCompositePodGroupName: ptr.To("stage"),
+			SchedulingPolicy:            schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}},
+			SchedulingConstraints:       &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: "rack"}}},
+		},
+	}, []*schedulingv1alpha3.CompositePodGroup{stage, job})
+	if g.victimKey != "ml/job" {
+		t.Errorf("victim key %q, want the job composite (disruptionMode All)", g.victimKey)
 	}
 }

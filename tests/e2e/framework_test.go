@@ -310,3 +310,21 @@ func gpuNodes(paths []string) []string {
 	}
 	return out
 }
+
+// describePods renders pods' phase, node and conditions, for failure
+// messages.
+func (e *env) describePods(ns string, names ...string) string {
+	var b strings.Builder
+	for _, name := range names {
+		p, err := e.client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			fmt.Fprintf(&b, "\n%s: %v", name, err)
+			continue
+		}
+		fmt.Fprintf(&b, "\n%s: phase %s node %q", name, p.Status.Phase, p.Spec.NodeName)
+		for _, c := range p.Status.Conditions {
+			fmt.Fprintf(&b, "; %s=%s %s %s", c.Type, c.Status, c.Reason, c.Message)
+		}
+	}
+	return b.String()
+}

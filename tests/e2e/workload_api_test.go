@@ -9,7 +9,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -18,30 +20,67 @@ import (
 	"github.com/strata-sh/strata/sim/controlplane"
 )
 
-// alphaEnv marks the child process that runs with the alpha workload API.
-const alphaEnv = "STRATA_E2E_WORKLOAD_API"
+// workloadEnv marks the child process that runs with the upstream
+// workload API on.
+const workloadEnv = "STRATA_E2E_WORKLOAD_API"
+
+const spineLabel = "network.topology.nvidia.com/spine"
+
+// twoSpines has two spines of two blocks of two DGX H100 nodes:
+// gpu-0..3 in spine-0 (blocks 0 and 1), gpu-4..7 in spine-1 (2 and 3).
+const twoSpines = `
+apiVersion: sim.strata.sh/v1alpha1
+kind: Cluster
+nodeGroups:
+- name: gpu
+  count: 8
+  cpu: "224"
+  memory: 2Ti
+  hardware: nvidia-dgx-h100
+  labels:
+    network.topology.nvidia.com/spine: spine-{index/4}
+    network.topology.nvidia.com/block: block-{index/2}
+`
 
 // TestUpstreamWorkloadAPI: on a cluster that enables the upstream
-// workload API (scheduling.k8s.io/v1alpha2), Strata honours its PodGroups
-// (gang minCount) and their topology constraint. Feature gates are
-// process-wide, so the test runs itself again in a child process with the
-// alpha gates on.
+// workload API (scheduling.k8s.io/v1beta1 PodGroups under a v1alpha3
+// CompositePodGroup), Strata honours every topology level — the job in
+// one spine, each of its groups in one block — with DRA-aware capacity,
+// while the in-tree GangScheduling plugin keeps quorum; a group that fits
+// no block binds nothing. Feature gates are process-wide, so the test
+// runs itself again in a child process with the gates on.
 func TestUpstreamWorkloadAPI(t *testing.T) {
-	if os.Getenv(alphaEnv) == "" {
+	if os.Getenv(workloadEnv) == "" {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestUpstreamWorkloadAPI$", "-test.v")
-		cmd.Env = append(os.Environ(), alphaEnv+"=1")
+		cmd.Env = append(os.Environ(), workloadEnv+"=1")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("alpha-gated run failed: %v\n%s", err, tail(out, 4000))
+			t.Fatalf("workload-API run failed: %v\n%s", err, tail(out, 4000))
 		}
 		return
 	}
-	e := startClusterWith(t, twoBlocks(2), controlplane.Options{
-		FeatureGates:  map[string]bool{"GenericWorkload": true, "GangScheduling": true, "TopologyAwareWorkloadScheduling": true},
-		RuntimeConfig: []string{"scheduling.k8s.io/v1alpha2=true"},
+	e := startClusterWith(t, twoSpines, controlplane.Options{
+		FeatureGates:  map[string]bool{"GenericWorkload": true, "TopologyAwareWorkloadScheduling": true, "CompositePodGroup": true},
+		RuntimeConfig: []string{"scheduling.k8s.io/v1beta1=true", "scheduling.k8s.io/v1alpha3=true"},
 	})
-	e.occupy([]string{"gpu-0"}, 8) // block-0 keeps one free node, block-1 two
-	upstreamGang := func(name string, members int) {
+	// Every GPU of gpu-0 is taken: spine-0 keeps one whole free block,
+	// spine-1 two.
+	e.occupy([]string{"gpu-0"}, 8)
+
+	job := &schedulingv1alpha3.CompositePodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "default"},
+		Spec: schedulingv1alpha3.CompositePodGroupSpec{
+			WorkloadRef:           &schedulingv1alpha3.WorkloadReference{WorkloadName: "job", TemplateName: "job"},
+			SchedulingPolicy:      schedulingv1alpha3.CompositePodGroupSchedulingPolicy{Gang: &schedulingv1alpha3.CompositeGangSchedulingPolicy{MinGroupCount: 2}},
+			SchedulingConstraints: &schedulingv1alpha3.CompositePodGroupSchedulingConstraints{Topology: []schedulingv1alpha3.TopologyConstraint{{Key: spineLabel}}},
+			DisruptionMode:        &schedulingv1alpha3.CompositeDisruptionMode{All: &schedulingv1alpha3.AllCompositeDisruptionMode{}},
+		},
+	}
+	if _, err := e.client.SchedulingV1alpha3().CompositePodGroups("default").Create(e.ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create CompositePodGroup: %v", err)
+	}
+	e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 8).Template("default", "whole-node"))
+	group := func(name, parent string, members int) {
 		pg := &schedulingv1beta1.PodGroup{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 			Spec: schedulingv1beta1.PodGroupSpec{
@@ -49,40 +88,69 @@ func TestUpstreamWorkloadAPI(t *testing.T) {
 				SchedulingConstraints: &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: blockLabel}}},
 			},
 		}
-		if _, err := e.client.SchedulingV1beta1().PodGroups("default").Create(e.ctx, pg, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create upstream PodGroup: %v", err)
+		if parent != "" {
+			pg.Spec.ParentCompositePodGroupName = ptr.To(parent)
+			pg.Spec.WorkloadRef = &schedulingv1beta1.WorkloadReference{WorkloadName: parent, TemplateName: "workers"}
 		}
-		e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 8).Template("default", name))
+		if _, err := e.client.SchedulingV1beta1().PodGroups("default").Create(e.ctx, pg, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create PodGroup %s: %v", name, err)
+		}
 		for i := 0; i < members; i++ {
-			pod := testutil.MakePod(fmt.Sprintf("%s-%d", name, i)).Scheduler(config.ProfileName).ClaimTemplate("gpus", name).Obj()
+			pod := testutil.MakePod(fmt.Sprintf("%s-%d", name, i)).Scheduler(config.ProfileName).ClaimTemplate("gpus", "whole-node").Obj()
 			pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(name)}
 			e.createPod(pod)
 		}
 	}
-	// Two 8-GPU members need one block with two free nodes: block-1.
-	upstreamGang("pair", 2)
-	var pods []corev1.Pod
-	e.eventually(60*time.Second, "upstream gang running", func(context.Context) (bool, error) {
-		pods = nil
-		for i := 0; i < 2; i++ {
-			p, err := e.client.CoreV1().Pods("default").Get(e.ctx, fmt.Sprintf("pair-%d", i), metav1.GetOptions{})
+	group("workers-a", "job", 2)
+	group("workers-b", "job", 2)
+	nodeOf := map[string]*corev1.Node{}
+	members := []string{"workers-a-0", "workers-a-1", "workers-b-0", "workers-b-1"}
+	defer func() {
+		if t.Failed() {
+			t.Log(e.describePods("default", members...))
+		}
+	}()
+	e.eventually(90*time.Second, "the job's four members running", func(ctx context.Context) (bool, error) {
+		for _, name := range members {
+			p, err := e.client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != corev1.PodRunning {
+				return false, err
+			}
+			n, err := e.client.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
 			if err != nil {
 				return false, err
 			}
-			if p.Status.Phase == corev1.PodRunning {
-				pods = append(pods, *p)
-			}
+			nodeOf[name] = n
 		}
-		return len(pods) == 2, nil
+		return true, nil
 	})
-	for _, p := range pods {
-		if p.Spec.NodeName != "gpu-2" && p.Spec.NodeName != "gpu-3" {
-			t.Errorf("member on %s, outside block-1 (the only block with two free nodes)", p.Spec.NodeName)
+	spines, blocksA, blocksB := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for name, n := range nodeOf {
+		spines[n.Labels[spineLabel]] = true
+		if name[len("workers-")] == 'a' {
+			blocksA[n.Labels[blockLabel]] = true
+		} else {
+			blocksB[n.Labels[blockLabel]] = true
 		}
 	}
-	// Three members fit no block: none binds.
-	upstreamGang("trio", 3)
-	time.Sleep(5 * time.Second)
+	if len(spines) != 1 || !spines["spine-1"] {
+		t.Errorf("job spans spines %v, want spine-1 alone (the only spine with two free blocks)", spines)
+	}
+	if len(blocksA) != 1 || len(blocksB) != 1 {
+		t.Errorf("groups span blocks %v and %v, want one block each", blocksA, blocksB)
+	}
+
+	// Three whole-node members fit no block: none binds, and the
+	// scheduler says so on the PodGroup.
+	group("trio", "", 3)
+	e.eventually(60*time.Second, "trio reported unschedulable", func(ctx context.Context) (bool, error) {
+		pg, err := e.client.SchedulingV1beta1().PodGroups("default").Get(ctx, "trio", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1beta1.PodGroupInitiallyScheduled)
+		return c != nil && c.Status == metav1.ConditionFalse, nil
+	})
 	for i := 0; i < 3; i++ {
 		p, err := e.client.CoreV1().Pods("default").Get(e.ctx, fmt.Sprintf("trio-%d", i), metav1.GetOptions{})
 		if err != nil {
