@@ -44,31 +44,37 @@ type device struct {
 func counterSetName(g *gpu) string { return g.name }
 
 // Counter names: one counter per memory slice, so that overlapping MIG
-// placements exclude each other, and a total per scarce engine.
+// placements exclude each other, and a total per scarce resource.
 const (
-	counterDecoders = "decoders"
-	counterEncoders = "encoders"
-	counterJPEG     = "jpeg-engines"
-	counterOFA      = "ofa-engines"
+	counterMemory          = "memory-mib"
+	counterMultiprocessors = "multiprocessors"
+	counterDecoders        = "decoders"
+	counterEncoders        = "encoders"
+	counterJPEG            = "jpeg-engines"
+	counterOFA             = "ofa-engines"
 )
 
 func memorySliceCounter(i int) string { return fmt.Sprintf("memory-slice-%d", i) }
 
-// engines returns the engine counts of a profile by counter name.
-func engines(info nvml.GpuInstanceProfileInfo) map[string]uint32 {
-	return map[string]uint32{
-		counterDecoders: info.DecoderCount,
-		counterEncoders: info.EncoderCount,
-		counterJPEG:     info.JpegCount,
-		counterOFA:      info.OfaCount,
+// engines returns what a profile takes of each resource a counter may
+// track, by counter name.
+func engines(info nvml.GpuInstanceProfileInfo) map[string]uint64 {
+	return map[string]uint64{
+		counterMemory:          info.MemorySizeMB,
+		counterMultiprocessors: uint64(info.MultiprocessorCount),
+		counterDecoders:        uint64(info.DecoderCount),
+		counterEncoders:        uint64(info.EncoderCount),
+		counterJPEG:            uint64(info.JpegCount),
+		counterOFA:             uint64(info.OfaCount),
 	}
 }
 
-// scarceEngines are the engines that placements which fit by memory
-// slices could still oversubscribe: those with fewer units than the
-// densest profile would use if it filled every memory slice. Only they
-// need counters; memory, compute slices and copy engines follow from the
-// memory slices, because NVIDIA's placements are laid out so.
+// scarceEngines are the resources that placements which fit by memory
+// slices could still oversubscribe: those the densest profile, filling
+// every memory slice, would need more of than the GPU has. Only they need
+// counters. On NVIDIA's own placement tables memory and compute follow
+// from the memory slices and only the media engines (JPEG, OFA, and
+// decoders on an A100) are scarce; the check makes no assumption.
 func (c *migCapability) scarceEngines() map[string]int64 {
 	out := map[string]int64{}
 	for name, total := range engines(c.totals) {

@@ -192,4 +192,5 @@ func (c *migCapability) addTotals(info nvml.GpuInstanceProfileInfo) {
 	t.EncoderCount = max(t.EncoderCount, info.EncoderCount*n)
 	t.JpegCount = max(t.JpegCount, info.JpegCount*n)
 	t.OfaCount = max(t.OfaCount, info.OfaCount*n)
+	t.MemorySizeMB = max(t.MemorySizeMB, info.MemorySizeMB*uint64(n))
 }

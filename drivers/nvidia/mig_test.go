@@ -2,6 +2,7 @@ package nvidia
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -387,6 +388,28 @@ func TestPartitionAttributes(t *testing.T) {
 		}
 		for i, size := range []string{"2", "4", "8"} {
 			checkString(t, d, "accelerator.strata.sh/partition"+size, w[i])
+		}
+	}
+}
+
+// TestScarceCounters: only resources that placements fitting by memory
+// slices could oversubscribe get counters, read from the GPU's profiles:
+// the media engines the +me profiles take everywhere, an A100's decoders
+// and compute (7 compute slices over 8 memory slices), and memory where a
+// profile's memory per slice outgrows the GPU's.
+func TestScarceCounters(t *testing.T) {
+	tests := []struct {
+		machine hardware.Machine
+		want    []string
+	}{
+		{hardware.DGXA100(), []string{"decoders", "jpeg-engines", "multiprocessors", "ofa-engines"}},
+		{hardware.DGXH100(), []string{"jpeg-engines", "memory-mib", "ofa-engines"}},
+	}
+	for _, tc := range tests {
+		b, _, _ := newBackend(t, tc.machine)
+		got := slices.Sorted(maps.Keys(b.gpus[0].mig.scarceEngines()))
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: scarce %v, want %v", tc.machine.Name, got, tc.want)
 		}
 	}
 }
