@@ -284,7 +284,7 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 		prepared, err := b.prepareDevice(ctx, claim, a)
 		if err == nil && sharingStrategy(stateOf(prepared).Strategy) == strategyMPS {
 			if mps++; mps > 1 {
-				err = errors.New("sharing: a claim may hold one MPS GPU (its clients connect to one MPS server)")
+				err = errTwoMPS
 				resp.Devices = append(resp.Devices, prepared)
 			}
 		}
@@ -302,35 +302,45 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 func (b *Backend) Validate(_ context.Context, req *plugin.PrepareRequest) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	mps := 0
 	for _, a := range req.Devices {
-		if err := b.validateDevice(a); err != nil {
+		strategy, err := b.validateDevice(a)
+		if err != nil {
 			return fmt.Errorf("device %s: %w", a.Device, err)
+		}
+		if strategy == strategyMPS {
+			if mps++; mps > 1 {
+				return fmt.Errorf("device %s: %w", a.Device, errTwoMPS)
+			}
 		}
 	}
 	return nil
 }
 
-func (b *Backend) validateDevice(a plugin.AllocatedDevice) error {
+// validateDevice checks one device and returns its sharing strategy.
+func (b *Backend) validateDevice(a plugin.AllocatedDevice) (sharingStrategy, error) {
 	d, ok := b.devices[a.Device]
 	if !ok {
-		return errNotOnNode
+		return "", errNotOnNode
 	}
 	cfg, err := decodeConfigs(a.Configs)
 	if err != nil {
-		return err
+		return "", err
 	}
 	switch d.kind {
 	case kindGPU:
-		_, err = b.sharedLimits(d, a, cfg)
+		s, err := b.sharedLimits(d, a, cfg)
+		return s.strategy, err
 	case kindMIG:
 		if cfg.Sharing != nil {
-			err = errSharingOnMIG
+			return "", errSharingOnMIG
 		}
 	}
-	return err
+	return "", nil
 }
 
 var (
+	errTwoMPS       = errors.New("sharing: a claim may hold one MPS GPU (its clients connect to one MPS server)")
 	errNotOnNode    = errors.New("not a device of this node")
 	errSharingOnMIG = errors.New("sharing: only GPUs take a sharing configuration; this is a MIG device")
 )

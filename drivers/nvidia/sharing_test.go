@@ -71,6 +71,14 @@ func TestMixedStrategiesInOneClaim(t *testing.T) {
 	if got := b.cfg.MPS.Running(); len(got) != 0 {
 		t.Errorf("MPS daemons %v still running", got)
 	}
+	// Two MPS GPUs in one claim are refused before anything is touched.
+	mps := gpuConfig(`{"strategy":"MPS"}`)
+	two := claimRequest("two-mps",
+		plugin.AllocatedDevice{Request: "a", Device: "gpu-2", Configs: []json.RawMessage{mps}},
+		plugin.AllocatedDevice{Request: "b", Device: "gpu-3", Configs: []json.RawMessage{mps}})
+	if err := b.Validate(ctx, two); err == nil || !strings.Contains(err.Error(), "one MPS GPU") {
+		t.Errorf("two MPS GPUs in one claim: %v", err)
+	}
 }
 
 // TestTimeSliceIsPerGPU: a GPU has one time slice, so a second claim
