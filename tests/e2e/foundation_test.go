@@ -266,6 +266,16 @@ func TestDemo(t *testing.T) {
 		"tp2-besteffort": {"dgx-", 2},
 		"numa-pair":      {"dgx-", 2},
 		"legacy-gpu-pod": {"dgx-", 1},
+		"mixed-sharing":  {"dgx-", 2},
+		// The whole GPU and the MIG slice of one claim: MIG is dynamic on
+		// the A100 only.
+		"trainer-with-sidecar": {"dgx-a100-", 2},
+	}
+	for i := 0; i < 4; i++ {
+		want[fmt.Sprintf("notebook-%d", i)] = struct {
+			nodePrefix string
+			devices    int
+		}{"dgx-", 1}
 	}
 	for i := 0; i < 8; i++ {
 		want[fmt.Sprintf("training-job-worker-%d", i)] = struct {

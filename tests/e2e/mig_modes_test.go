@@ -12,8 +12,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/strata-sh/strata/drivers/nvidia"
-	"github.com/strata-sh/strata/internal/testutil"
-	"github.com/strata-sh/strata/scheduler-plugins/config"
 )
 
 // An H100 node whose MIG manager split GPUs 0 and 1 into two 3g.40gb
@@ -35,10 +33,7 @@ const migClass = "nvidia-mig.strata.sh"
 // migPod creates a pod whose claim asks for one MIG device of a profile.
 func (e *env) migPod(name, profile string) {
 	e.t.Helper()
-	e.createTemplate(testutil.MakeClaimSpec().
-		Request("mig", migClass, 1, fmt.Sprintf(`device.attributes["nvidia.strata.sh"].profile == %q`, profile)).
-		Template("default", name))
-	e.createPod(testutil.MakePod(name).Scheduler(config.ProfileName).ClaimTemplate("mig", name).Obj())
+	e.oneDevicePod(name, "mig", migClass, fmt.Sprintf(`device.attributes["nvidia.strata.sh"].profile == %q`, profile))
 }
 
 // TestStaticMIGKeepsTheOperatorsLayout: the instances the operator made

@@ -43,10 +43,15 @@ nodeGroups:
 // pinnedGPU creates a pod whose claim asks for the whole GPU with a UUID.
 func (e *env) pinnedGPU(name, uuid string) {
 	e.t.Helper()
-	e.createTemplate(testutil.MakeClaimSpec().
-		Request("gpu", gpuClass, 1, fmt.Sprintf(`device.attributes["nvidia.strata.sh"].uuid == %q`, uuid)).
-		Template("default", name))
-	e.createPod(testutil.MakePod(name).Scheduler(config.ProfileName).ClaimTemplate("gpu", name).Obj())
+	e.oneDevicePod(name, "gpu", gpuClass, fmt.Sprintf(`device.attributes["nvidia.strata.sh"].uuid == %q`, uuid))
+}
+
+// oneDevicePod creates a pod with a claim, named after the request, for
+// one device of a class that a CEL expression selects.
+func (e *env) oneDevicePod(name, request, class, cel string) {
+	e.t.Helper()
+	e.createTemplate(testutil.MakeClaimSpec().Request(request, class, 1, cel).Template("default", name))
+	e.createPod(testutil.MakePod(name).Scheduler(config.ProfileName).ClaimTemplate(request, name).Obj())
 }
 
 // TestMIGExample: the MIG example gets a 1g.5gb instance on an A100, which
