@@ -27,10 +27,11 @@ import (
 // The scheduler's DynamicResources plugin builds one allocator per pod and
 // calls Allocate for every candidate node. These benchmarks measure that
 // cost for the slice layouts the NVIDIA plugin publishes — "default" (one
-// device per GPU with consumable capacity, used whole or shared) and
-// "dynamic-mig" (the same plus every MIG placement, drawing on shared
-// counters) — against "whole-only" (plain whole GPUs), on 1, 100 and
-// 1,000 DGX H100 nodes.
+// device per GPU with consumable capacity, used whole or shared; static
+// MIG without instances) and "dynamic-mig" (the same plus every MIG
+// placement, drawing on shared counters) — against "whole-only" (plain
+// whole GPUs), on 1, 100 and 1,000 DGX H100 nodes; "sparse-mig" is an
+// alternative dynamic layout measured for comparison.
 //
 // Reported per claim: ns/op for allocator construction plus one Allocate
 // per node, as in a scheduling cycle that filters every node.
@@ -108,6 +109,27 @@ func wholeOnly(inv *plugin.Inventory) *plugin.Inventory {
 	return out
 }
 
+// sparseMIG keeps one MIG placement per profile and GPU (the lowest): the
+// layout a driver would publish if it offered only the next free
+// placement of each profile and republished as instances come and go. It
+// is not a layout Strata publishes — placements would be hidden until the
+// plugin republishes — but it shows what fewer devices buy.
+func sparseMIG(inv *plugin.Inventory) *plugin.Inventory {
+	out := &plugin.Inventory{SharedCounters: inv.SharedCounters}
+	seen := map[string]bool{}
+	for _, d := range inv.Devices {
+		if *d.Attributes["type"].StringValue == "mig" {
+			key := *d.Attributes["parentUUID"].StringValue + "/" + *d.Attributes["profile"].StringValue
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+		}
+		out.Devices = append(out.Devices, d)
+	}
+	return out
+}
+
 func clusterSlices(b *testing.B, inv *plugin.Inventory, nodes int) ([]*resourceapi.ResourceSlice, []*v1.Node) {
 	var slices []*resourceapi.ResourceSlice
 	var nodeObjs []*v1.Node
@@ -157,7 +179,8 @@ func benchClaims() map[string]*resourceapi.ResourceClaim {
 func BenchmarkAllocateClaim(b *testing.B) {
 	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
 	def := nodeInventory(b, MIGStatic)
-	layouts := map[string]*plugin.Inventory{"whole-only": wholeOnly(def), "default": def, "dynamic-mig": nodeInventory(b, MIGDynamic)}
+	dynamic := nodeInventory(b, MIGDynamic)
+	layouts := map[string]*plugin.Inventory{"whole-only": wholeOnly(def), "default": def, "dynamic-mig": dynamic, "sparse-mig": sparseMIG(dynamic)}
 	classes := strataClasses(b)
 	features := structured.Features{ConsumableCapacity: true, DeviceTaints: true, PartitionableDevices: true, PrioritizedList: true}
 	celCache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: true})
@@ -166,9 +189,10 @@ func BenchmarkAllocateClaim(b *testing.B) {
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
-	for _, layout := range []string{"whole-only", "default", "dynamic-mig"} {
+	for _, layout := range []string{"whole-only", "default", "dynamic-mig", "sparse-mig"} {
 		for _, claimName := range []string{"gpu", "partition4", "shared", "mig"} {
-			if (layout == "whole-only" && claimName == "shared") || (layout != "dynamic-mig" && claimName == "mig") {
+			hasMIG := layout == "dynamic-mig" || layout == "sparse-mig"
+			if (layout == "whole-only" && claimName == "shared") || (!hasMIG && claimName == "mig") {
 				continue // the layout has no such devices
 			}
 			for _, nodes := range []int{1, 100, 1000} {
