@@ -263,6 +263,7 @@ func migDevice(g *gpu, p *migProfile, pl nvml.GpuInstancePlacement, taints []res
 			"productName":    {StringValue: ptr.To(g.productName)},
 			"parentUUID":     {StringValue: ptr.To(g.uuid)},
 			"placementStart": {IntValue: ptr.To(int64(pl.Start))},
+			"placementSize":  {IntValue: ptr.To(int64(pl.Size))},
 			q("type"):        {StringValue: ptr.To("gpu")},
 			q("vendor"):      {StringValue: ptr.To("nvidia")},
 			q("model"):       {StringValue: ptr.To(g.family)},

@@ -241,15 +241,20 @@ func devices(c *resourceapi.ResourceClaim, full capacities) []Device {
 	for _, res := range c.Status.Allocation.Devices.Results {
 		d := Device{Request: res.Request, Driver: res.Driver, Pool: res.Pool, Device: res.Device}
 		total := full[res.Driver+"/"+res.Pool+"/"+res.Device]
+		// Capacity consumed at zero (compute not reserved) says nothing
+		// about whether the claim shares the device.
 		partial := false
 		for name, q := range res.ConsumedCapacity {
-			if t, ok := total[name]; !ok || q.Cmp(t) < 0 {
+			if t, ok := total[name]; q.Sign() > 0 && (!ok || q.Cmp(t) < 0) {
 				partial = true
 			}
 		}
 		for name, q := range res.ConsumedCapacity {
 			if !partial {
 				break
+			}
+			if q.IsZero() {
+				continue
 			}
 			if d.Consumed == nil {
 				d.Consumed = map[string]string{}

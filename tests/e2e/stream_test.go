@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,7 @@ type physical struct {
 	gpu         string // node/gpu-N
 	kind        string
 	start, size int64
+	memory      int64 // a GPU's memory
 }
 
 // TestMixedClaimStream creates and deletes claims of every kind (whole
@@ -64,9 +66,15 @@ func TestMixedClaimStream(t *testing.T) {
 	for _, n := range nodes {
 		for _, typ := range []string{"gpu", "mig"} {
 			for name, d := range e.devicesOf(n, nvidia.DriverName, typ) {
-				p := physical{gpu: fmt.Sprintf("%s/gpu-%d", n, intAttr(d, "minor")), kind: typ}
+				p := physical{gpu: n + "/" + strings.SplitN(name, "-mig-", 2)[0], kind: typ}
 				if typ == "mig" {
 					p.start, p.size = intAttr(d, "placementStart"), intAttr(d, "placementSize")
+					if p.size < 1 {
+						t.Fatalf("MIG device %s has no placement size", name)
+					}
+				} else {
+					m := d.Capacity["memory"].Value
+					p.memory = m.Value()
 				}
 				layout[n+"/"+name] = p
 			}
@@ -164,9 +172,10 @@ func (e *env) checkNoDoubleAllocation(layout map[string]physical) {
 		e.t.Fatal(err)
 	}
 	type use struct {
-		claims int
-		cores  int64
-		slices map[int64]string
+		claims        int
+		cores, memory int64
+		capacity      int64
+		slices        map[int64]string
 	}
 	uses := map[string]*use{}
 	for _, c := range claims.Items {
@@ -185,10 +194,13 @@ func (e *env) checkNoDoubleAllocation(layout map[string]physical) {
 			}
 			switch p.kind {
 			case "gpu":
-				// Whole GPUs consume all 100 cores, shares part of them.
+				// Whole GPUs consume all the memory, shares part of it;
+				// reserved cores never add up past 100.
 				u.claims++
-				q := r.ConsumedCapacity["cores"]
-				u.cores += q.Value()
+				c, m := r.ConsumedCapacity["cores"], r.ConsumedCapacity["memory"]
+				u.cores += c.Value()
+				u.memory += m.Value()
+				u.capacity = p.memory
 			case "mig":
 				for s := p.start; s < p.start+p.size; s++ {
 					if other, taken := u.slices[s]; taken {
@@ -200,8 +212,8 @@ func (e *env) checkNoDoubleAllocation(layout map[string]physical) {
 		}
 	}
 	for gpu, u := range uses {
-		if u.cores > 100 || (u.claims > 0 && len(u.slices) > 0) {
-			e.t.Errorf("%s double-allocated: %d claims on the GPU (%d cores), %d MIG slices", gpu, u.claims, u.cores, len(u.slices))
+		if u.cores > 100 || u.memory > u.capacity || (u.claims > 0 && len(u.slices) > 0) {
+			e.t.Errorf("%s double-allocated: %d claims on the GPU (%d cores, %d of %d bytes), %d MIG slices", gpu, u.claims, u.cores, u.memory, u.capacity, len(u.slices))
 		}
 	}
 }
