@@ -299,10 +299,9 @@ func runPreemptionRound(b *testing.B, nodes, size int, mode string) preemptionRo
 			b.Fatal(err)
 		}
 	}
-	// Stock Kubernetes does not preempt pod by pod for DRA devices (a
-	// documented limitation of 1.36, unchanged for pods outside a pod
-	// group in 1.37): give it two minutes, then count how many members it
-	// managed to nominate.
+	// Stock Kubernetes 1.36 did not preempt pod by pod for DRA devices
+	// (a documented limitation): give it two minutes, then count how many
+	// members it managed to nominate.
 	limit := 10 * time.Minute
 	if mode == "plain" {
 		limit = 2 * time.Minute
