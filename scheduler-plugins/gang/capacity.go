@@ -5,11 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -19,6 +22,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 )
@@ -72,6 +76,11 @@ type adjustment struct {
 
 // capacities returns, for every node, how many of up to want members fit,
 // and a summary of why nodes fell short. adj, if set, simulates evictions.
+//
+// Extended resources that a DeviceClass maps (its extendedResourceName,
+// such as nvidia.com/gpu) count as device requests on nodes whose
+// allocatable lacks them, as the scheduler's DRA plugin treats them there;
+// on nodes that have them (a device plugin) they count as resources.
 func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, want int, nodes []fwk.NodeInfo, adj *adjustment) (map[string]int, string, error) {
 	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
@@ -79,27 +88,41 @@ func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, wan
 	if err != nil {
 		return nil, "", err
 	}
-	var dra *draCapacity
+	var allocated *structured.AllocatedState
+	if adj != nil {
+		allocated = adj.allocated
+	}
+	var dra, draExt *draCapacity
 	if len(claims) > 0 {
-		var allocated *structured.AllocatedState
-		if adj != nil {
-			allocated = adj.allocated
-		}
 		if dra, err = e.newDRACapacity(ctx, claims, want, allocated); err != nil {
 			return nil, "", err
 		}
 	}
+	ext, extNames := e.extendedAsDevices(pod, requests)
+	if ext != nil {
+		if draExt, err = e.newDRACapacity(ctx, append(slices.Clone(claims), ext), want, allocated); err != nil {
+			return nil, "", err
+		}
+	}
+	withoutExt := maps.Clone(requests)
+	for _, n := range extNames {
+		delete(withoutExt, n)
+	}
 	out := make(map[string]int, len(nodes))
 	reasons := map[string]int{}
 	for _, ni := range nodes {
-		l := nodeLimit(ctx, pod, requests, affinity, ni, want, adj)
-		if dra != nil && l.count > 0 {
-			d, err := dra.forNode(ctx, ni.Node(), l.count)
+		reqs, d := requests, dra
+		if draExt != nil && !hasAnyScalar(ni, extNames) {
+			reqs, d = withoutExt, draExt
+		}
+		l := nodeLimit(ctx, pod, reqs, affinity, ni, want, adj)
+		if d != nil && l.count > 0 {
+			n, err := d.forNode(ctx, ni.Node(), l.count)
 			if err != nil {
 				return nil, "", err
 			}
-			if d < l.count {
-				l = limit{count: d, reason: "DRA devices"}
+			if n < l.count {
+				l = limit{count: n, reason: "DRA devices"}
 			}
 		}
 		out[ni.Node().Name] = l.count
@@ -107,7 +130,56 @@ func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, wan
 			reasons[l.reason]++
 		}
 	}
+	if ext != nil {
+		claims = append(claims, ext)
+		requests = withoutExt
+	}
 	return out, summarize(reasons, requests, claims), nil
+}
+
+// extendedAsDevices turns the member's extended resources that a
+// DeviceClass maps into one claim for devices of those classes, and
+// returns the names it covered.
+func (e *capacityEstimator) extendedAsDevices(pod *corev1.Pod, requests corev1.ResourceList) (*resourceapi.ResourceClaim, []corev1.ResourceName) {
+	resolver := e.dra.DeviceClassResolver()
+	if resolver == nil {
+		return nil, nil
+	}
+	var names []corev1.ResourceName
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name + "-extended-resources", UID: pod.UID + "-extended-resources"}}
+	for _, name := range slices.Sorted(maps.Keys(requests)) {
+		q := requests[name]
+		if !v1helper.IsExtendedResourceName(name) || q.Value() <= 0 {
+			continue
+		}
+		class := resolver.GetDeviceClass(name)
+		if class == nil {
+			continue
+		}
+		names = append(names, name)
+		claim.Spec.Devices.Requests = append(claim.Spec.Devices.Requests, resourceapi.DeviceRequest{
+			Name: fmt.Sprintf("extended-%d", len(names)),
+			Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: class.Name, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: q.Value(),
+			},
+		})
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	return claim, names
+}
+
+// hasAnyScalar reports whether a node's allocatable has one of the
+// resources, which a device plugin then serves.
+func hasAnyScalar(ni fwk.NodeInfo, names []corev1.ResourceName) bool {
+	scalars := ni.GetAllocatable().GetScalarResources()
+	for _, n := range names {
+		if scalars[n] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeLimit counts members by everything but DRA.

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -306,6 +307,31 @@ func TestGangNeedsFreeDevicesNotJustCPU(t *testing.T) {
 	for _, p := range pods {
 		if p.Spec.NodeName != "gpu-2" && p.Spec.NodeName != "gpu-3" {
 			t.Errorf("member on %s, which has only 7 free GPUs", p.Spec.NodeName)
+		}
+	}
+}
+
+// TestGangOfExtendedResourcePods: members that ask for nvidia.com/gpu: 8
+// (the DeviceClass's extendedResourceName, as device-plugin and
+// Koordinator users write them) are planned by devices on DRA-only nodes
+// and bound together, each on a node of its own.
+func TestGangOfExtendedResourcePods(t *testing.T) {
+	e := startCluster(t, twoBlocks(2))
+	e.gang("legacy", 0, 2, 0, nil)
+	for i := 0; i < 2; i++ {
+		pod := testutil.MakePod(fmt.Sprintf("legacy-%d", i)).Scheduler(config.ProfileName).
+			Label(schedulingv1alpha1.PodGroupLabel, "legacy").Obj()
+		gpus := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}
+		pod.Spec.Containers[0].Resources.Requests, pod.Spec.Containers[0].Resources.Limits = gpus, gpus
+		e.createPod(pod)
+	}
+	pods := e.waitGangRunning("legacy", 2)
+	if pods[0].Spec.NodeName == pods[1].Spec.NodeName {
+		t.Errorf("both 8-GPU members on %s", pods[0].Spec.NodeName)
+	}
+	for _, p := range pods {
+		if ext := p.Status.ExtendedResourceClaimStatus; ext == nil {
+			t.Errorf("%s has no claim for its nvidia.com/gpu", p.Name)
 		}
 	}
 }
