@@ -153,6 +153,14 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 				p.wakeGroup(klog.FromContext(ctx), gangKeyOf(pod))
 			}
 		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				p.status.forgetPod(pod.UID)
+			}
+		},
 	}); err != nil {
 		return nil, err
 	}
@@ -292,12 +300,18 @@ func (p *Plugin) sortKey(q fwk.QueuedEntityInfo) (time.Time, string, string) {
 
 // PreEnqueue implements fwk.PreEnqueuePlugin: a gang pod waits outside the
 // active queue until every gang of its group has minMember pods.
+//
+// kube-scheduler shows nothing of a PreEnqueue rejection (the pod just
+// stays Pending), so the reason goes where a user looks: the PodGroup's
+// Scheduled condition and an event on it, or, for a gang declared on pods
+// alone, an event on the pod.
 func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
 	g := p.gangOf(pod)
 	if g == nil || g.upstream {
 		return nil
 	}
 	if g.err != nil {
+		p.status.waiting(g, pod, ReasonInvalidGang, g.err.Error())
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, g.err.Error())
 	}
 	for _, key := range g.group {
@@ -306,11 +320,19 @@ func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
 			spec = p.specByKey(key, nil)
 		}
 		if have := len(p.members(key)); have < spec.minMember {
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-				fmt.Sprintf("gang %s has %d of %d pods; waiting for the rest", key, have, spec.minMember))
+			msg := fmt.Sprintf("gang %s has %d of %d pods; waiting for %s", key, have, spec.minMember, plural(spec.minMember-have, "more member"))
+			p.status.waiting(g, pod, ReasonWaitingForMembers, msg)
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 		}
 	}
 	return nil
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // wakeGroup moves the pending members of a gang's group to the active

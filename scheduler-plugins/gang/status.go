@@ -17,8 +17,10 @@ import (
 
 // Reasons of PodGroup conditions and events.
 const (
-	ReasonUnschedulable = "Unschedulable"
-	ReasonScheduled     = "Scheduled"
+	ReasonUnschedulable     = "Unschedulable"
+	ReasonScheduled         = "Scheduled"
+	ReasonWaitingForMembers = "WaitingForMembers"
+	ReasonInvalidGang       = "InvalidGang"
 )
 
 // statusWriter reports gang outcomes on PodGroups without blocking the
@@ -34,6 +36,8 @@ type statusWriter struct {
 	// lags, and deduplicating against it alone drops a change back to a
 	// message the PodGroup showed before.
 	sent map[types.UID]metav1.Condition
+	// told is the last message sent per pod of a gang without a PodGroup.
+	told map[types.UID]string
 }
 
 type statusUpdate struct {
@@ -43,7 +47,7 @@ type statusUpdate struct {
 }
 
 func newStatusWriter(ctx context.Context, src *sources, recorder events.EventRecorderLogger) *statusWriter {
-	w := &statusWriter{src: src, recorder: recorder, updates: make(chan statusUpdate, 256), sent: map[types.UID]metav1.Condition{}}
+	w := &statusWriter{src: src, recorder: recorder, updates: make(chan statusUpdate, 256), sent: map[types.UID]metav1.Condition{}, told: map[types.UID]string{}}
 	if src != nil && src.podGroupInformer != nil {
 		// Forget deleted PodGroups.
 		_, _ = src.podGroupInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
@@ -112,6 +116,33 @@ func (w *statusWriter) send(g *gangSpec, cond metav1.Condition, phase scheduling
 func (w *statusWriter) unschedulable(g *gangSpec, msg string) {
 	w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: ReasonUnschedulable, Message: msg},
 		schedulingv1alpha1.PodGroupPending, corev1.EventTypeWarning)
+}
+
+// waiting says why a gang is held before scheduling: on its PodGroup, or
+// on the pod for a gang declared on pods alone.
+func (w *statusWriter) waiting(g *gangSpec, pod *corev1.Pod, reason, msg string) {
+	if g.podGroup != nil {
+		w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: reason, Message: msg},
+			schedulingv1alpha1.PodGroupPending, corev1.EventTypeWarning)
+		return
+	}
+	w.mu.Lock()
+	if w.told[pod.UID] == msg {
+		w.mu.Unlock()
+		return
+	}
+	w.told[pod.UID] = msg
+	w.mu.Unlock()
+	if w.recorder != nil {
+		w.recorder.Eventf(pod, nil, corev1.EventTypeWarning, reason, "Scheduling", "%s", msg)
+	}
+}
+
+// forgetPod drops what was said to a pod.
+func (w *statusWriter) forgetPod(uid types.UID) {
+	w.mu.Lock()
+	delete(w.told, uid)
+	w.mu.Unlock()
 }
 
 func (w *statusWriter) scheduled(g *gangSpec) {
