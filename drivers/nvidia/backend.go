@@ -204,9 +204,7 @@ func (b *Backend) viewsLocked() (map[string]gpuView, string, error) {
 		}
 		v := gpuView{migEnabled: enabled}
 		for _, inst := range instances {
-			if b.cfg.MIG == MIGDynamic && b.recorded[migDeviceName(g, inst.profile, inst.placement)] {
-				v.own = append(v.own, inst)
-			} else {
+			if b.cfg.MIG != MIGDynamic || !b.recorded[migDeviceName(g, inst.profile, inst.placement)] {
 				v.foreign = append(v.foreign, inst)
 			}
 		}
@@ -279,15 +277,8 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 	defer b.mu.Unlock()
 	resp := &plugin.PrepareResponse{Common: b.controlEdits()}
 	claim := claimRef(req.Claim)
-	var mps int
 	for _, a := range req.Devices {
 		prepared, err := b.prepareDevice(ctx, claim, a)
-		if err == nil && sharingStrategy(stateOf(prepared).Strategy) == strategyMPS {
-			if mps++; mps > 1 {
-				err = errTwoMPS
-				resp.Devices = append(resp.Devices, prepared)
-			}
-		}
 		if err != nil {
 			b.releaseLocked(ctx, claim, resp.Devices)
 			return nil, fmt.Errorf("device %s: %w", a.Device, err)
@@ -367,13 +358,11 @@ func (b *Backend) prepareDevice(ctx context.Context, claim plugin.ClaimRef, a pl
 			return out, err
 		}
 		out.Edits.DeviceNodes = []*cdispec.DeviceNode{gpuNode}
-		// All of the GPU and no sharing config: the claim has the GPU to
-		// itself and needs no limits.
-		if cfg.Sharing == nil && s.reserved && s.cores == sharedCores && s.memory == int64(d.gpu.memoryBytes) {
+		// All of the memory (so nobody shares the GPU), no compute limit
+		// asked for and no sharing config: the claim has the GPU to itself
+		// and needs no limits.
+		if cfg.Sharing == nil && s.memory == int64(d.gpu.memoryBytes) && (!s.reserved || s.cores == sharedCores) {
 			break
-		}
-		if !s.reserved && cfg.Sharing == nil && s.memory == int64(d.gpu.memoryBytes) {
-			break // all memory, so nobody shares it
 		}
 		if err := b.startSharing(ctx, d.gpu, s); err != nil {
 			return out, err

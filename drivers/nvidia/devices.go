@@ -2,6 +2,7 @@ package nvidia
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -56,9 +57,9 @@ const (
 
 func memorySliceCounter(i int) string { return fmt.Sprintf("memory-slice-%d", i) }
 
-// engines returns what a profile takes of each resource a counter may
-// track, by counter name.
-func engines(info nvml.GpuInstanceProfileInfo) map[string]uint64 {
+// profileResources returns what a profile takes of each resource a
+// counter may track, by counter name.
+func profileResources(info nvml.GpuInstanceProfileInfo) map[string]uint64 {
 	return map[string]uint64{
 		counterMemory:          info.MemorySizeMB,
 		counterMultiprocessors: uint64(info.MultiprocessorCount),
@@ -69,18 +70,19 @@ func engines(info nvml.GpuInstanceProfileInfo) map[string]uint64 {
 	}
 }
 
-// scarceEngines are the resources that placements which fit by memory
+// scarceResources are the resources that placements which fit by memory
 // slices could still oversubscribe: those the densest profile, filling
 // every memory slice, would need more of than the GPU has. Only they need
 // counters. On NVIDIA's own placement tables memory and compute follow
 // from the memory slices and only the media engines (JPEG, OFA, and
 // decoders on an A100) are scarce; the check makes no assumption.
-func (c *migCapability) scarceEngines() map[string]int64 {
+// Computed once at discovery into migCapability.scarce.
+func (c *migCapability) scarceResources() map[string]int64 {
 	out := map[string]int64{}
-	for name, total := range engines(c.totals) {
+	for name, total := range profileResources(c.totals) {
 		demand := 0.0
 		for _, p := range c.profiles {
-			if n := engines(p.info)[name]; n > 0 && p.info.SliceCount > 0 {
+			if n := profileResources(p.info)[name]; n > 0 {
 				size := float64(placementSize(p))
 				demand = max(demand, float64(n)*float64(c.memorySlices)/size)
 			}
@@ -108,19 +110,18 @@ func placementSize(p *migProfile) uint32 {
 func gpuCounters(g *gpu, foreign []migInstance) (available, all map[string]resourceapi.Counter) {
 	available, all = map[string]resourceapi.Counter{}, map[string]resourceapi.Counter{}
 	used := map[int]bool{}
-	scarce := g.mig.scarceEngines()
+	left := maps.Clone(g.mig.scarce)
 	for _, f := range foreign {
 		for i := f.placement.Start; i < f.placement.Start+f.placement.Size; i++ {
 			used[int(i)] = true
 		}
-		for name := range scarce {
-			scarce[name] -= int64(engines(f.profile.info)[name])
+		for name := range left {
+			left[name] -= int64(profileResources(f.profile.info)[name])
 		}
 	}
-	full := g.mig.scarceEngines()
-	for name, n := range full {
+	for name, n := range g.mig.scarce {
 		all[name] = quantity(n)
-		available[name] = quantity(max(scarce[name], 0))
+		available[name] = quantity(max(left[name], 0))
 	}
 	for i := 0; i < g.mig.memorySlices; i++ {
 		all[memorySliceCounter(i)] = quantity(1)
@@ -139,8 +140,8 @@ func migCounters(g *gpu, p *migProfile, pl nvml.GpuInstancePlacement) map[string
 	for i := int(pl.Start); i < int(pl.Start+pl.Size); i++ {
 		c[memorySliceCounter(i)] = quantity(1)
 	}
-	for name := range g.mig.scarceEngines() {
-		if n := engines(p.info)[name]; n > 0 {
+	for name := range g.mig.scarce {
+		if n := profileResources(p.info)[name]; n > 0 {
 			c[name] = quantity(int64(n))
 		}
 	}
@@ -159,11 +160,10 @@ type deviceSet struct {
 }
 
 // gpuView is what discovery found on one GPU now: whether it is in MIG
-// mode and which instances exist, split into the plugin's own (dynamic
-// mode, recorded in the checkpoint) and everybody else's.
+// mode, and the instances that are not the plugin's own (dynamic mode
+// owns those on placements its checkpoint records).
 type gpuView struct {
 	migEnabled bool
-	own        []migInstance
 	foreign    []migInstance
 }
 
@@ -195,6 +195,9 @@ func buildDevices(gpus []*gpu, views map[string]gpuView, taints map[string][]res
 		gpuTaints := taints[g.name]
 		if mode == MIGStatic && view.migEnabled {
 			for _, inst := range view.foreign {
+				if !inst.hasCI {
+					continue // holds its slices but cannot run work
+				}
 				migs = append(migs, migDevice(g, inst.profile, inst.placement, gpuTaints))
 				set.add(&device{name: migDeviceName(g, inst.profile, inst.placement), kind: kindMIG, gpu: g, profile: inst.profile, placement: inst.placement, existing: &inst})
 			}

@@ -28,6 +28,8 @@ type migCapability struct {
 	// totals are the GPU's engines: for each engine the most that any
 	// profile's maximum number of instances uses together.
 	totals nvml.GpuInstanceProfileInfo
+	// scarce are the totals of the resources that need counters.
+	scarce map[string]int64
 }
 
 // MIGMode says who manages the MIG instances of a node's GPUs.
@@ -59,11 +61,13 @@ func ParseMIGMode(s string) (MIGMode, error) {
 }
 
 // migInstance is a GPU instance that exists on a GPU, with the compute
-// instance spanning it.
+// instance spanning it; hasCI is false for one without (a MIG manager or
+// a prepare interrupted between the two), which cannot run work.
 type migInstance struct {
 	profile   *migProfile
 	placement nvml.GpuInstancePlacement
 	gi, ci    uint32
+	hasCI     bool
 }
 
 // migEnabled reports whether a GPU is in MIG mode now.
@@ -82,6 +86,7 @@ func migEnabled(g *gpu) (bool, error) {
 // placement order, each with its first compute instance.
 func listInstances(g *gpu) ([]migInstance, error) {
 	var out []migInstance
+	var err error
 	for _, p := range g.mig.profiles {
 		info := p.info
 		gis, ret := g.handle.GetGpuInstances(&info)
@@ -94,11 +99,9 @@ func listInstances(g *gpu) ([]migInstance, error) {
 				return nil, nvmlError("read MIG instance", ret)
 			}
 			inst := migInstance{profile: p, placement: giInfo.Placement, gi: giInfo.Id}
-			ci, err := firstComputeInstance(gi)
-			if err != nil {
+			if inst.ci, inst.hasCI, err = firstComputeInstance(gi); err != nil {
 				return nil, fmt.Errorf("GPU %s instance %d: %w", g.name, giInfo.Id, err)
 			}
-			inst.ci = ci
 			out = append(out, inst)
 		}
 	}
@@ -107,8 +110,8 @@ func listInstances(g *gpu) ([]migInstance, error) {
 }
 
 // firstComputeInstance returns the id of a GPU instance's compute
-// instance; an instance without one cannot run work and is an error.
-func firstComputeInstance(gi nvml.GpuInstance) (uint32, error) {
+// instance, if it has one.
+func firstComputeInstance(gi nvml.GpuInstance) (uint32, bool, error) {
 	for id := nvml.COMPUTE_INSTANCE_PROFILE_COUNT - 1; id >= 0; id-- {
 		info, ret := gi.GetComputeInstanceProfileInfo(id, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
 		if ret != nvml.SUCCESS {
@@ -120,11 +123,11 @@ func firstComputeInstance(gi nvml.GpuInstance) (uint32, error) {
 		}
 		ci, ret := cis[0].GetInfo()
 		if ret != nvml.SUCCESS {
-			return 0, nvmlError("read compute instance", ret)
+			return 0, false, nvmlError("read compute instance", ret)
 		}
-		return ci.Id, nil
+		return ci.Id, true, nil
 	}
-	return 0, fmt.Errorf("has no compute instance")
+	return 0, false, nil
 }
 
 // overlaps reports whether two placements share a memory slice.
@@ -162,6 +165,7 @@ func discoverMIG(dev nvml.Device) (*migCapability, error) {
 		return nil, nil
 	}
 	sort.Slice(c.profiles, func(i, j int) bool { return c.profiles[i].id < c.profiles[j].id })
+	c.scarce = c.scarceResources()
 	return c, nil
 }
 

@@ -407,7 +407,7 @@ func TestScarceCounters(t *testing.T) {
 	}
 	for _, tc := range tests {
 		b, _, _ := newBackend(t, tc.machine)
-		got := slices.Sorted(maps.Keys(b.gpus[0].mig.scarceEngines()))
+		got := slices.Sorted(maps.Keys(b.gpus[0].mig.scarce))
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%s: scarce %v, want %v", tc.machine.Name, got, tc.want)
 		}

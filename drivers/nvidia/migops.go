@@ -31,9 +31,9 @@ func (b *Backend) setMIGMode(g *gpu, enabled bool) error {
 		return nil
 	}
 	if !enabled {
-		if n, err := countInstances(g); err != nil {
+		if instances, err := listInstances(g); err != nil {
 			return err
-		} else if n > 0 {
+		} else if n := len(instances); n > 0 {
 			return fmt.Errorf("GPU %s still has %d MIG instances", g.name, n)
 		}
 	}
@@ -116,35 +116,6 @@ func (b *Backend) destroyMIG(ctx context.Context, d *device, gi *uint32) error {
 	return nil
 }
 
-// destroyUnownedMIG destroys every GPU instance on a GPU whose id is not
-// owned by a prepared claim.
-func (b *Backend) destroyUnownedMIG(ctx context.Context, g *gpu, owned map[uint32]bool) error {
-	if g.mig == nil {
-		return nil
-	}
-	for _, p := range g.mig.profiles {
-		info := p.info
-		instances, ret := g.handle.GetGpuInstances(&info)
-		if ret != nvml.SUCCESS {
-			return nvmlError("list MIG instances of "+g.name, ret)
-		}
-		for _, inst := range instances {
-			got, ret := inst.GetInfo()
-			if ret != nvml.SUCCESS {
-				return nvmlError("read MIG instance", ret)
-			}
-			if owned[got.Id] {
-				continue
-			}
-			klog.FromContext(ctx).Info("Destroying MIG instance that no prepared claim owns", "gpu", g.name, "profile", p.name, "gpuInstance", got.Id)
-			if err := destroyInstance(inst); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 func destroyInstance(inst nvml.GpuInstance) error {
 	for id := 0; id < nvml.COMPUTE_INSTANCE_PROFILE_COUNT; id++ {
 		info, ret := inst.GetComputeInstanceProfileInfo(id, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
@@ -165,19 +136,6 @@ func destroyInstance(inst nvml.GpuInstance) error {
 		return nvmlError("destroy MIG instance", ret)
 	}
 	return nil
-}
-
-func countInstances(g *gpu) (int, error) {
-	n := 0
-	for _, p := range g.mig.profiles {
-		info := p.info
-		instances, ret := g.handle.GetGpuInstances(&info)
-		if ret != nvml.SUCCESS {
-			return 0, nvmlError("list MIG instances of "+g.name, ret)
-		}
-		n += len(instances)
-	}
-	return n, nil
 }
 
 // migNodes are the capability device nodes that give a container access

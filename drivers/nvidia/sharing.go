@@ -79,7 +79,7 @@ func decodeConfigs(raws []json.RawMessage) (*configv1alpha1.GpuConfig, error) {
 			if share == "" && merged.Sharing != nil {
 				share = merged.Sharing.ComputeShare
 			}
-			merged.Sharing = cfg.Sharing.DeepCopy()
+			merged.Sharing = cfg.Sharing // freshly decoded, not shared
 			merged.Sharing.ComputeShare = share
 		}
 	}
