@@ -92,16 +92,18 @@ func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, wan
 	if adj != nil {
 		allocated = adj.allocated
 	}
+	ext, extNames := e.extendedAsDevices(pod, requests)
 	var dra, draExt *draCapacity
-	if len(claims) > 0 {
-		if dra, err = e.newDRACapacity(ctx, claims, want, allocated); err != nil {
+	if len(claims) > 0 || ext != nil {
+		base, err := e.newDRACapacity(ctx, claims, want, allocated)
+		if err != nil {
 			return nil, "", err
 		}
-	}
-	ext, extNames := e.extendedAsDevices(pod, requests)
-	if ext != nil {
-		if draExt, err = e.newDRACapacity(ctx, append(slices.Clone(claims), ext), want, allocated); err != nil {
-			return nil, "", err
+		if len(claims) > 0 {
+			dra = base
+		}
+		if ext != nil {
+			draExt = base.withClaims(append(slices.Clone(claims), ext))
 		}
 	}
 	withoutExt := maps.Clone(requests)
@@ -346,6 +348,12 @@ func (e *capacityEstimator) newDRACapacity(ctx context.Context, claims []*resour
 	d := &draCapacity{e: e, allocator: alloc, claims: claims, want: want, memo: map[[32]byte]int{}, memoSafe: memoSafe(claims)}
 	d.nodeKey = e.nodeClasses(slices, allocated)
 	return d, nil
+}
+
+// withClaims answers the same question for other claims over the same
+// allocator and node classes, which are the expensive part.
+func (d *draCapacity) withClaims(claims []*resourceapi.ResourceClaim) *draCapacity {
+	return &draCapacity{e: d.e, allocator: d.allocator, claims: claims, want: d.want, nodeKey: d.nodeKey, memo: map[[32]byte]int{}, memoSafe: memoSafe(claims)}
 }
 
 // memoSafe is false when a selector can tell identical nodes apart (by a

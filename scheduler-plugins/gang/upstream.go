@@ -106,24 +106,25 @@ func (p *Plugin) GeneratePlacements(ctx context.Context, _ fwk.PodGroupCycleStat
 	if key == "" {
 		return &fwk.GeneratePlacementsResult{Placements: []*fwk.Placement{parent}}, nil
 	}
-	required := p.boundDomain(pg, key)
-	byDomain := map[string][]fwk.NodeInfo{}
-	for _, ni := range parent.Nodes {
-		if v, ok := ni.Node().Labels[key]; ok && (required == "" || v == required) {
-			byDomain[v] = append(byDomain[v], ni)
-		}
+	// Per-node capacity of every leaf group, once over the parent's
+	// nodes; each domain below only adds it up.
+	caps := map[string]map[string]int{}
+	if err := p.leafCapacities(ctx, pg, parent.Nodes, caps); err != nil {
+		return nil, fwk.AsStatus(err)
 	}
+	required := p.boundDomain(pg, key)
 	type candidate struct {
 		placement *fwk.Placement
 		spare     int
 	}
 	var all, fit []candidate
-	for _, domain := range slices.Sorted(maps.Keys(byDomain)) {
-		c := candidate{placement: &fwk.Placement{Name: domain, Nodes: byDomain[domain]}}
-		spare, ok, err := p.groupFits(ctx, pg, c.placement.Nodes)
-		if err != nil {
-			return nil, fwk.AsStatus(err)
+	names, groups := groupByLabel(parent.Nodes, key)
+	for i, domain := range names {
+		if required != "" && domain != required {
+			continue
 		}
+		c := candidate{placement: &fwk.Placement{Name: domain, Nodes: groups[i]}}
+		spare, ok := fitIn(pg, groups[i], map[string]int{}, caps)
 		c.spare = spare
 		all = append(all, c)
 		if ok {
@@ -143,78 +144,76 @@ func (p *Plugin) GeneratePlacements(ctx context.Context, _ fwk.PodGroupCycleStat
 	return &fwk.GeneratePlacementsResult{Placements: out}, nil
 }
 
-// groupFits reports whether a group's unscheduled pods fit on nodes, and
-// how much room is left. A leaf group is measured by the capacity of its
-// first unscheduled pod on each node. A composite fits if its children,
+// leafCapacities records, for every leaf group under pg, how many more of
+// its pods each node takes, measured by its first unscheduled pod.
+func (p *Plugin) leafCapacities(ctx context.Context, pg fwk.PodGroupInfo, nodes []fwk.NodeInfo, caps map[string]map[string]int) error {
+	if children := pg.GetChildren(); len(children) > 0 {
+		for _, c := range children {
+			if err := p.leafCapacities(ctx, c, nodes, caps); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	pods := pg.GetUnscheduledPods()
+	if len(pods) == 0 {
+		caps[pg.GetKey()] = map[string]int{}
+		return nil
+	}
+	capacity, _, err := p.capacity.capacities(ctx, pods[0], len(pods), nodes, nil)
+	if err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(5).Info("Group capacity", "podGroup", pg.GetKey(), "pods", len(pods), "nodes", len(nodes), "capacity", capacity)
+	caps[pg.GetKey()] = capacity
+	return nil
+}
+
+// fitIn reports whether a group's unscheduled pods fit on nodes, and how
+// much room is left. A leaf group fits by its capacity on the nodes less
+// the pods already fitted there (used). A composite fits if its children,
 // taken largest first, each fit in one domain of their own key (or
 // anywhere, without one) in the room the children before them left: each
 // child takes the tightest domain that holds it, and the pods it places
-// there count against the nodes for the next.
-func (p *Plugin) groupFits(ctx context.Context, pg fwk.PodGroupInfo, nodes []fwk.NodeInfo) (int, bool, error) {
-	return p.fitIn(ctx, pg, nodes, map[string]int{})
-}
-
-func (p *Plugin) fitIn(ctx context.Context, pg fwk.PodGroupInfo, nodes []fwk.NodeInfo, used map[string]int) (int, bool, error) {
+// there count against the nodes for the next. used is updated with the
+// pods placed when the group fits.
+func fitIn(pg fwk.PodGroupInfo, nodes []fwk.NodeInfo, used map[string]int, caps map[string]map[string]int) (int, bool) {
 	children := pg.GetChildren()
 	if len(children) == 0 {
-		capacity, err := p.leafCapacity(ctx, pg, nodes, used)
-		if err != nil {
-			return 0, false, err
+		capacity := make(map[string]int, len(nodes))
+		total := 0
+		for _, ni := range nodes {
+			n := ni.Node().Name
+			capacity[n] = max(caps[pg.GetKey()][n]-used[n], 0)
+			total += capacity[n]
 		}
 		want := len(pg.GetUnscheduledPods())
-		total := 0
-		for _, c := range capacity {
-			total += c
-		}
 		if total < want {
-			return total - want, false, nil
+			return total - want, false
 		}
 		fill(capacity, want, used)
-		return total - want, true, nil
+		return total - want, true
 	}
 	children = slices.Clone(children)
 	sort.SliceStable(children, func(i, j int) bool { return podsBelow(children[i]) > podsBelow(children[j]) })
 	spare := 0
 	for _, child := range children {
-		best, bestSpare := -1, 0
-		subs := splitByKey(nodes, topologyKeyOf(child))
-		for i, sub := range subs {
+		var best map[string]int
+		bestSpare := 0
+		_, subs := groupByLabel(nodes, topologyKeyOf(child))
+		for _, sub := range subs {
 			trial := maps.Clone(used)
-			s, ok, err := p.fitIn(ctx, child, sub, trial)
-			if err != nil {
-				return 0, false, err
-			}
-			if ok && (best < 0 || s < bestSpare) {
-				best, bestSpare = i, s
+			if s, ok := fitIn(child, sub, trial, caps); ok && (best == nil || s < bestSpare) {
+				best, bestSpare = trial, s
 			}
 		}
-		if best < 0 {
-			return spare, false, nil
+		if best == nil {
+			return spare, false
 		}
-		if _, _, err := p.fitIn(ctx, child, subs[best], used); err != nil {
-			return 0, false, err
-		}
+		maps.Copy(used, best)
 		spare += bestSpare
 	}
-	return spare, true, nil
-}
-
-// leafCapacity is how many more of a leaf group's pods each node takes,
-// less the pods siblings were already fitted there.
-func (p *Plugin) leafCapacity(ctx context.Context, pg fwk.PodGroupInfo, nodes []fwk.NodeInfo, used map[string]int) (map[string]int, error) {
-	pods := pg.GetUnscheduledPods()
-	if len(pods) == 0 {
-		return map[string]int{}, nil
-	}
-	capacity, _, err := p.capacity.capacities(ctx, pods[0], len(pods), nodes, nil)
-	if err != nil {
-		return nil, err
-	}
-	for n := range capacity {
-		capacity[n] = max(capacity[n]-used[n], 0)
-	}
-	klog.FromContext(ctx).V(5).Info("Group capacity", "podGroup", pg.GetKey(), "pods", len(pods), "nodes", len(nodes), "capacity", capacity)
-	return capacity, nil
+	return spare, true
 }
 
 // fill places want pods on the nodes with the most room first and records
@@ -240,10 +239,11 @@ func podsBelow(pg fwk.PodGroupInfo) int {
 	return n
 }
 
-// splitByKey groups nodes by a label; without a key they are one group.
-func splitByKey(nodes []fwk.NodeInfo, key string) [][]fwk.NodeInfo {
+// groupByLabel splits nodes by the value of a label, in value order;
+// nodes without it are left out. Without a key the nodes are one group.
+func groupByLabel(nodes []fwk.NodeInfo, key string) ([]string, [][]fwk.NodeInfo) {
 	if key == "" {
-		return [][]fwk.NodeInfo{nodes}
+		return []string{""}, [][]fwk.NodeInfo{nodes}
 	}
 	by := map[string][]fwk.NodeInfo{}
 	for _, ni := range nodes {
@@ -251,11 +251,12 @@ func splitByKey(nodes []fwk.NodeInfo, key string) [][]fwk.NodeInfo {
 			by[v] = append(by[v], ni)
 		}
 	}
-	out := make([][]fwk.NodeInfo, 0, len(by))
-	for _, v := range slices.Sorted(maps.Keys(by)) {
-		out = append(out, by[v])
+	names := slices.Sorted(maps.Keys(by))
+	groups := make([][]fwk.NodeInfo, len(names))
+	for i, v := range names {
+		groups[i] = by[v]
 	}
-	return out
+	return names, groups
 }
 
 // boundDomain is the domain of key that the group's bound members (of
