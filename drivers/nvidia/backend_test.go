@@ -1,6 +1,7 @@
 package nvidia
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,6 +39,18 @@ func newBackend(t *testing.T, m hardware.Machine) (*Backend, *nvmlmock.Server, s
 		t.Fatal(err)
 	}
 	return b, srv, root
+}
+
+// discovered returns a backend on a fake node of the machine that has
+// discovered its devices, with a test context.
+func discovered(t *testing.T, m hardware.Machine) (context.Context, *Backend, *nvmlmock.Server) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	b, srv, _ := newBackend(t, m)
+	if _, err := b.Discover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, b, srv
 }
 
 func TestDiscoverPublishesTopology(t *testing.T) {

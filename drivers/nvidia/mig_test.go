@@ -100,11 +100,7 @@ func prepareMIG(t *testing.T, b *Backend, uid, device string) *plugin.PrepareRes
 }
 
 func TestMIGPrepareAndUnprepare(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	b, srv, _ := newBackend(t, hardware.DGXA100())
-	if _, err := b.Discover(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, b, srv := discovered(t, hardware.DGXA100())
 	resp := prepareMIG(t, b, "a", "gpu-1-mig-1g5gb-2")
 	if got := srv.MIGInstances()[1]; got != 1 {
 		t.Fatalf("%d MIG instances on GPU 1, want 1", got)
@@ -148,11 +144,7 @@ func TestMIGPrepareAndUnprepare(t *testing.T) {
 // instance the plugin never recorded (an operator's) is left alone and
 // its slices are taken off what is offered.
 func TestCrashMidPrepareLeavesNoMIGInstance(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	b, srv, _ := newBackend(t, hardware.DGXA100())
-	if _, err := b.Discover(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, b, srv := discovered(t, hardware.DGXA100())
 	prepareMIG(t, b, "crashed", "gpu-2-mig-1g5gb-4")
 	kept := prepareMIG(t, b, "kept", "gpu-3-mig-1g5gb-6")
 	if err := srv.ApplyMIGConfig(3, map[string]int{"2g.10gb": 1}); err != nil { // the operator's, at slice 0
@@ -299,11 +291,7 @@ func TestStaticMIGPublishesWhatExists(t *testing.T) {
 }
 
 func TestSharedLimitsAndMPS(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	b, srv, _ := newBackend(t, hardware.DGXH100())
-	if _, err := b.Discover(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, b, srv := discovered(t, hardware.DGXH100())
 	mpsConfig := json.RawMessage(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS","mps":{"activeThreadPercentage":30}}}`)
 	share := func(uid string, cfg json.RawMessage) (*plugin.PrepareResponse, error) {
 		a := plugin.AllocatedDevice{Request: "gpu", Pool: "node-a", Device: "gpu-4",

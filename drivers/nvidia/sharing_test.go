@@ -10,7 +10,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/strata-sh/strata/drivers/plugin"
 	"github.com/strata-sh/strata/hardware"
@@ -33,11 +32,7 @@ func claimRequest(uid string, devices ...plugin.AllocatedDevice) *plugin.Prepare
 // only its own limits, the time slice is set on its GPU and both
 // mechanisms are undone at unprepare.
 func TestMixedStrategiesInOneClaim(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	b, srv, _ := newBackend(t, hardware.DGXH100())
-	if _, err := b.Discover(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, b, srv := discovered(t, hardware.DGXH100())
 	slicesSet := b.cfg.TimeSlice.(*nvmlmock.TimeSlices)
 	req := claimRequest("mixed",
 		plugin.AllocatedDevice{Request: "ts-gpu", Device: "gpu-0", Configs: []json.RawMessage{gpuConfig(`{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}`)}},
@@ -86,11 +81,7 @@ func TestMixedStrategiesInOneClaim(t *testing.T) {
 // without nvidia-smi refuses any interval but Default before anything is
 // recorded.
 func TestTimeSliceIsPerGPU(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	b, _, _ := newBackend(t, hardware.DGXH100())
-	if _, err := b.Discover(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, b, _ := discovered(t, hardware.DGXH100())
 	ts := func(uid, interval string) *plugin.PrepareRequest {
 		return claimRequest(uid, plugin.AllocatedDevice{Request: "r", Device: "gpu-2",
 			ConsumedCapacity: map[resourceapi.QualifiedName]string{"memory": "10Gi"},
@@ -117,11 +108,7 @@ func TestTimeSliceIsPerGPU(t *testing.T) {
 // limited to its fraction of the GPU's memory by default, or not at all
 // with computeShare Unlimited (as a DeviceClass config sets it).
 func TestMemoryOnlyClaimsShareCompute(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	b, _, _ := newBackend(t, hardware.DGXH100())
-	if _, err := b.Discover(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, b, _ := discovered(t, hardware.DGXH100())
 	memoryOnly := func(uid string, configs ...json.RawMessage) []string {
 		resp, err := b.Prepare(ctx, claimRequest(uid, plugin.AllocatedDevice{Request: "r", Device: "gpu-3",
 			ConsumedCapacity: map[resourceapi.QualifiedName]string{"cores": "0", "memory": "20Gi"}, Configs: configs}))
