@@ -487,13 +487,19 @@ func (p *Plugin) Filter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, ni
 	if holder := p.reservedFor(ni.Node().Name, corev1helpers.PodPriority(pod), key); holder != "" {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node's freed room is reserved for gang %s", holder))
 	}
-	if key == "" || p.gangOf(pod).upstream {
+	if key == "" {
 		return nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pl := p.plans[key]
 	if pl == nil {
+		// Upstream groups have no plan (the pod-group cycle places them);
+		// looking the gang up only here keeps Filter, which runs per node,
+		// free of spec lookups.
+		if p.gangOf(pod).upstream {
+			return nil
+		}
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s has no placement plan", key))
 	}
 	if pl.remaining[ni.Node().Name] <= 0 {
