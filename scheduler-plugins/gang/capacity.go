@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -75,13 +76,16 @@ type adjustment struct {
 }
 
 // capacities returns, for every node, how many of up to want members fit,
-// and a summary of why nodes fell short. adj, if set, simulates evictions.
+// and a summary of why nodes fell short. adj, if set, simulates evictions
+// or room already planned for other members; probe, if set, bounds the
+// count by the scheduler's Filter plugins (on nodes that adj does not
+// free room on: a victim's pods still sit in the snapshot).
 //
 // Extended resources that a DeviceClass maps (its extendedResourceName,
 // such as nvidia.com/gpu) count as device requests on nodes whose
 // allocatable lacks them, as the scheduler's DRA plugin treats them there;
 // on nodes that have them (a device plugin) they count as resources.
-func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, want int, nodes []fwk.NodeInfo, adj *adjustment) (map[string]int, string, error) {
+func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, want int, nodes []fwk.NodeInfo, adj *adjustment, probe *filterProbe) (map[string]int, string, error) {
 	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 	claims, err := e.memberClaims(pod)
@@ -111,13 +115,18 @@ func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, wan
 		delete(withoutExt, n)
 	}
 	out := make(map[string]int, len(nodes))
-	reasons := map[string]int{}
+	reasons := map[shortfall]int{}
 	for _, ni := range nodes {
 		reqs, d := requests, dra
 		if draExt != nil && !hasAnyScalar(ni, extNames) {
 			reqs, d = withoutExt, draExt
 		}
 		l := nodeLimit(ctx, pod, reqs, affinity, ni, want, adj)
+		if probe != nil && l.count > 0 && (adj == nil || adj.freedPods[ni.Node().Name] <= 0) {
+			if pl := probe.limit(ctx, ni, l.count); pl.count < l.count {
+				l = pl
+			}
+		}
 		if d != nil && l.count > 0 {
 			n, err := d.forNode(ctx, ni.Node(), l.count)
 			if err != nil {
@@ -128,8 +137,8 @@ func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, wan
 			}
 		}
 		out[ni.Node().Name] = l.count
-		if l.count < want {
-			reasons[l.reason]++
+		if l.count < want && l.reason != "" {
+			reasons[shortfall{reason: l.reason, fit: l.count}]++
 		}
 	}
 	if ext != nil {
@@ -137,6 +146,117 @@ func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, wan
 		requests = withoutExt
 	}
 	return out, summarize(reasons, requests, claims), nil
+}
+
+// consume returns a copy of adj in which count members of pod's shape
+// hold room on each node of counts: their requests, their pod slots, and
+// the devices of copies of their claims, allocated as the scheduler
+// would. The next shape of a heterogeneous gang is sized with it.
+func (e *capacityEstimator) consume(ctx context.Context, pod *corev1.Pod, counts map[string]int, nodes map[string]fwk.NodeInfo, adj *adjustment) (*adjustment, error) {
+	out := &adjustment{freed: map[string]corev1.ResourceList{}, freedPods: map[string]int{}}
+	var base *structured.AllocatedState
+	if adj != nil {
+		for n, l := range adj.freed {
+			out.freed[n] = l.DeepCopy()
+		}
+		maps.Copy(out.freedPods, adj.freedPods)
+		base = adj.allocated
+	}
+	if base == nil {
+		var err error
+		if base, err = e.dra.ResourceClaims().GatherAllocatedState(); err != nil {
+			return nil, fmt.Errorf("gather allocated devices: %w", err)
+		}
+	}
+	out.allocated = cloneAllocated(base)
+	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	claims, err := e.memberClaims(pod)
+	if err != nil {
+		return nil, err
+	}
+	ext, extNames := e.extendedAsDevices(pod, requests)
+	most := 0
+	for _, c := range counts {
+		most = max(most, c)
+	}
+	var dra, draExt *draCapacity
+	if len(claims) > 0 || ext != nil {
+		d, err := e.newDRACapacity(ctx, claims, most, out.allocated)
+		if err != nil {
+			return nil, err
+		}
+		if len(claims) > 0 {
+			dra = d
+		}
+		if ext != nil {
+			draExt = d.withClaims(append(slices.Clone(claims), ext))
+		}
+	}
+	withoutExt := maps.Clone(requests)
+	for _, n := range extNames {
+		delete(withoutExt, n)
+	}
+	for _, node := range slices.Sorted(maps.Keys(counts)) {
+		c, ni := counts[node], nodes[node]
+		if c <= 0 || ni == nil {
+			continue
+		}
+		reqs, d := requests, dra
+		if draExt != nil && !hasAnyScalar(ni, extNames) {
+			reqs, d = withoutExt, draExt
+		}
+		sum := out.freed[node]
+		if sum == nil {
+			sum = corev1.ResourceList{}
+		}
+		for name, q := range reqs {
+			cur := sum[name]
+			if name == corev1.ResourceCPU {
+				cur.Sub(*resource.NewMilliQuantity(q.MilliValue()*int64(c), resource.DecimalSI))
+			} else {
+				cur.Sub(*resource.NewQuantity(q.Value()*int64(c), resource.BinarySI))
+			}
+			sum[name] = cur
+		}
+		out.freed[node] = sum
+		out.freedPods[node] -= c
+		if d == nil {
+			continue
+		}
+		results, err := d.allocate(ctx, ni.Node(), c)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range results {
+			addAllocation(out.allocated, r)
+		}
+	}
+	return out, nil
+}
+
+// cloneAllocated copies an allocated state so that a simulation can
+// change it.
+func cloneAllocated(s *structured.AllocatedState) *structured.AllocatedState {
+	return &structured.AllocatedState{
+		AllocatedDevices:         s.AllocatedDevices.Clone(),
+		AllocatedSharedDeviceIDs: s.AllocatedSharedDeviceIDs.Clone(),
+		AggregatedCapacity:       s.AggregatedCapacity.Clone(),
+	}
+}
+
+// addAllocation marks the devices of a simulated allocation as in use.
+func addAllocation(s *structured.AllocatedState, a resourceapi.AllocationResult) {
+	for _, r := range a.Devices.Results {
+		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+		if r.ShareID == nil {
+			s.AllocatedDevices.Insert(id)
+			continue
+		}
+		s.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+		if len(r.ConsumedCapacity) > 0 {
+			s.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+		}
+	}
 }
 
 // extendedAsDevices turns the member's extended resources that a
@@ -188,7 +308,7 @@ func hasAnyScalar(ni fwk.NodeInfo, names []corev1.ResourceName) bool {
 func nodeLimit(ctx context.Context, pod *corev1.Pod, requests corev1.ResourceList, affinity nodeaffinity.RequiredNodeAffinity, ni fwk.NodeInfo, want int, adj *adjustment) limit {
 	node := ni.Node()
 	if node == nil || node.Spec.Unschedulable {
-		return limit{reason: "unschedulable nodes"}
+		return limit{reason: "cordoned"}
 	}
 	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.FromContext(ctx), node.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
 		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
@@ -241,23 +361,53 @@ func nodeLimit(ctx context.Context, pod *corev1.Pod, requests corev1.ResourceLis
 	return limit{count: n, reason: reason}
 }
 
-// summarize tells a user what the members need that nodes lack.
-func summarize(reasons map[string]int, requests corev1.ResourceList, claims []*resourceapi.ResourceClaim) string {
+// shortfall is why nodes take only fit members (fewer than wanted).
+type shortfall struct {
+	reason string
+	fit    int
+}
+
+// summarize tells a user what a member needs and what limits the nodes
+// that cannot take all of them: "no room for one member on 3 nodes (cpu)",
+// "4 nodes take at most 1 member (InterPodAffinity: ...)".
+func summarize(reasons map[shortfall]int, requests corev1.ResourceList, claims []*resourceapi.ResourceClaim) string {
+	msg := "each member needs " + memberNeeds(requests, claims)
 	if len(reasons) == 0 {
-		return ""
+		return msg
 	}
-	keys := make([]string, 0, len(reasons))
-	for k := range reasons {
-		keys = append(keys, k)
-	}
+	keys := slices.Collect(maps.Keys(reasons))
 	sort.Slice(keys, func(i, j int) bool {
-		return reasons[keys[i]] > reasons[keys[j]] || (reasons[keys[i]] == reasons[keys[j]] && keys[i] < keys[j])
+		a, b := keys[i], keys[j]
+		if (a.fit == 0) != (b.fit == 0) {
+			return a.fit == 0
+		}
+		if reasons[a] != reasons[b] {
+			return reasons[a] > reasons[b]
+		}
+		if a.fit != b.fit {
+			return a.fit > b.fit
+		}
+		return a.reason < b.reason
 	})
-	var parts []string
+	var none, some []string
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%d nodes short of %s", reasons[k], k))
+		if k.fit == 0 {
+			none = append(none, fmt.Sprintf("%s (%s)", plural(reasons[k], "node"), k.reason))
+		} else if len(some) < 3 {
+			verb := "take"
+			if reasons[k] == 1 {
+				verb = "takes"
+			}
+			some = append(some, fmt.Sprintf("%s %s at most %s (%s)", plural(reasons[k], "node"), verb, plural(k.fit, "member"), k.reason))
+		}
 	}
-	return fmt.Sprintf("each member needs %s; %s", memberNeeds(requests, claims), strings.Join(parts, ", "))
+	if len(none) > 0 {
+		msg += "; no room for one member on " + strings.Join(none, ", ")
+	}
+	if len(some) > 0 {
+		msg += "; " + strings.Join(some, ", ")
+	}
+	return msg
 }
 
 // memberNeeds renders a member's requests: "8×nvidia-gpu.strata.sh, cpu 16".
@@ -410,6 +560,16 @@ func (d *draCapacity) forNode(ctx context.Context, node *corev1.Node, limit int)
 }
 
 func (d *draCapacity) fits(ctx context.Context, node *corev1.Node, k int) (bool, error) {
+	res, err := d.allocate(ctx, node, k)
+	if err != nil {
+		return false, err
+	}
+	return len(res) == k*len(d.claims), nil
+}
+
+// allocate allocates k copies of the claims on the node; the result is
+// short when they do not fit.
+func (d *draCapacity) allocate(ctx context.Context, node *corev1.Node, k int) ([]resourceapi.AllocationResult, error) {
 	for len(d.copies) < k {
 		i := len(d.copies)
 		var set []*resourceapi.ResourceClaim
@@ -427,9 +587,9 @@ func (d *draCapacity) fits(ctx context.Context, node *corev1.Node, k int) (bool,
 	}
 	res, err := d.allocator.Allocate(ctx, node, claims)
 	if err != nil {
-		return false, fmt.Errorf("simulate allocation on %s: %w", node.Name, err)
+		return nil, fmt.Errorf("simulate allocation on %s: %w", node.Name, err)
 	}
-	return len(res) == len(claims), nil
+	return res, nil
 }
 
 // nodeClasses hashes, per node, the content of its slices (ignoring the

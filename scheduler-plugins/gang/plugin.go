@@ -5,13 +5,11 @@ package gang
 import (
 	"context"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/dynamic"
@@ -24,19 +22,10 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/features"
-
-	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
-	"github.com/strata-sh/strata/scheduler-plugins/topology"
 )
 
 // Name of the plugin in the scheduler configuration.
 const Name = "StrataGang"
-
-// planTTL bounds how long a placement plan is reused before it is
-// computed again from the cluster's current state.
-const planTTL = 30 * time.Second
-
-const gangIndex = "strata.sh/gang"
 
 // Plugin places gangs all or nothing, inside network domains.
 type Plugin struct {
@@ -66,24 +55,6 @@ type Plugin struct {
 	// satisfied remembers gangs that reached minMember, for the
 	// once-satisfied match policy.
 	satisfied map[string]bool
-}
-
-// plan is where a gang's pending members go.
-type plan struct {
-	created   time.Time
-	remaining map[string]int
-	assigned  map[types.UID]string
-	where     string
-}
-
-func (p *plan) nodes() sets.Set[string] {
-	out := sets.New[string]()
-	for n, c := range p.remaining {
-		if c > 0 {
-			out.Insert(n)
-		}
-	}
-	return out
 }
 
 var (
@@ -174,67 +145,6 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 
 // Name implements fwk.Plugin.
 func (p *Plugin) Name() string { return Name }
-
-// EventsToRegister implements fwk.EnqueueExtensions: a gang pod is retried
-// when members arrive, pods or claims free room, nodes or devices change,
-// or its PodGroup or the network topology is edited.
-func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
-	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Add | fwk.Delete | fwk.Update}},
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.Update}},
-		{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Add | fwk.Update | fwk.Delete}},
-		{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update}},
-		{Event: fwk.ClusterEvent{Resource: podGroupEvents, ActionType: fwk.Add | fwk.Update}},
-		{Event: fwk.ClusterEvent{Resource: fwk.PodGroup, ActionType: fwk.Add | fwk.Update}},
-		{Event: fwk.ClusterEvent{Resource: topologyEvents, ActionType: fwk.Add | fwk.Update}},
-	}, nil
-}
-
-// gangOf returns a pod's gang, or nil.
-func (p *Plugin) gangOf(pod *corev1.Pod) *gangSpec {
-	key := gangKeyOf(pod)
-	if key == "" {
-		return nil
-	}
-	return p.specByKey(key, pod)
-}
-
-// specByKey finds a gang by key: its PodGroup, or the annotations of one
-// of its pods.
-func (p *Plugin) specByKey(key string, member *corev1.Pod) *gangSpec {
-	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	if pg := p.src.podGroup(ns, name); pg != nil {
-		return specFromPodGroup(pg)
-	}
-	if pg := p.upstreamPodGroup(ns, name); pg != nil {
-		return specFromUpstream(pg, p.ancestors(pg))
-	}
-	if member == nil {
-		if objs, _ := p.podIndex.ByIndex(gangIndex, key); len(objs) > 0 {
-			member = objs[0].(*corev1.Pod)
-		}
-	}
-	if member != nil {
-		if _, _, ok := annotation(member.Annotations, KeyName); ok {
-			return specFromPod(member, key)
-		}
-	}
-	return &gangSpec{key: key, minMember: 1, group: []string{key},
-		err: fmt.Errorf("PodGroup %s not found (pods name it with label %s)", key, schedulingv1alpha1.PodGroupLabel)}
-}
-
-// members returns the live pods of a gang.
-func (p *Plugin) members(key string) []*corev1.Pod {
-	objs, _ := p.podIndex.ByIndex(gangIndex, key)
-	out := make([]*corev1.Pod, 0, len(objs))
-	for _, o := range objs {
-		pod := o.(*corev1.Pod)
-		if pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
-			out = append(out, pod)
-		}
-	}
-	return out
-}
 
 // Less implements fwk.QueueSortPlugin: priority first, then the gang's
 // (or pod's) age, then the gang, so that the members of a gang — and the
@@ -328,48 +238,17 @@ func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
 	return nil
 }
 
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
-}
-
-// wakeGroup moves the pending members of a gang's group to the active
-// queue once every gang of the group has minMember pods.
-func (p *Plugin) wakeGroup(logger klog.Logger, key string) {
-	if key == "" {
-		return
-	}
-	g := p.specByKey(key, nil)
-	if g.err != nil || g.upstream {
-		return
-	}
-	pending := map[string]*corev1.Pod{}
-	for _, k := range g.group {
-		spec := g
-		if k != g.key {
-			spec = p.specByKey(k, nil)
-		}
-		members := p.members(k)
-		if len(members) < spec.minMember {
-			return
-		}
-		for _, m := range members {
-			if m.Spec.NodeName == "" && !p.isWaiting(m.UID) {
-				pending[m.Namespace+"/"+m.Name] = m
-			}
-		}
-	}
-	if len(pending) > 0 {
-		p.handle.Activate(logger, pending)
-	}
-}
-
 // PreFilter implements fwk.PreFilterPlugin: the first member of a gang to
-// be scheduled computes where every pending member goes; members then only
-// see the nodes of that plan.
-func (p *Plugin) PreFilter(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+// be scheduled computes where every pending member goes, per member
+// shape; members then only see their shape's nodes of that plan.
+//
+// The plan is computed without holding the plugin's lock: scheduling
+// cycles run one at a time, and Filter, Reserve and the binding cycles
+// of other pods must not wait on a plan computation.
+func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if isProbe(state) {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
 	g := p.gangOf(pod)
 	if g == nil {
 		if p.hasNominations() {
@@ -385,104 +264,38 @@ func (p *Plugin) PreFilter(ctx context.Context, _ fwk.CycleState, pod *corev1.Po
 		// GeneratePlacements proposes.
 		return nil, nil
 	}
+	shape := shapeKey(pod)
+	state.Write(shapeStateKey, shapeState(shape))
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	pl := p.plans[g.key]
-	if pl == nil || time.Since(pl.created) > planTTL || len(pl.nodes()) == 0 {
+	var room sets.Set[string]
+	if pl != nil && time.Since(pl.created) <= planTTL {
+		room = pl.nodes(shape)
+	}
+	p.mu.Unlock()
+	if room.Len() == 0 {
 		var st *fwk.Status
 		if pl, st = p.computePlan(ctx, pod, g, nodes); !st.IsSuccess() {
 			return nil, st
 		}
+		p.mu.Lock()
 		p.plans[g.key] = pl
+		room = pl.nodes(shape)
+		p.mu.Unlock()
 	}
-	return &fwk.PreFilterResult{NodeNames: pl.nodes()}, nil
+	return &fwk.PreFilterResult{NodeNames: room}, nil
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin.
 func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
-// pendingAndPlaced counts a gang's members still to place and those
-// already bound or waiting, per node.
-func (p *Plugin) pendingAndPlaced(g *gangSpec) (int, map[string]int) {
-	pending, placed := 0, map[string]int{}
-	for _, m := range p.members(g.key) {
-		if m.Spec.NodeName != "" {
-			placed[m.Spec.NodeName]++
-		} else if !p.isWaiting(m.UID) {
-			pending++
-		}
-	}
-	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
-		if gangKeyOf(wp.GetPod()) == g.key {
-			if node := wp.GetPod().Spec.NodeName; node != "" {
-				placed[node]++
-			}
-		}
-	})
-	return max(pending, 1), placed
-}
-
-// computePlan places the gang's pending members.
-func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, nodes []fwk.NodeInfo) (*plan, *fwk.Status) {
-	logger := klog.FromContext(ctx)
-	pending, placed := p.pendingAndPlaced(g)
-	capacity, shortfall, err := p.capacity.capacities(ctx, pod, pending, nodes, nil)
-	if err != nil {
-		msg := fmt.Sprintf("gang %s: %v", g.key, err)
-		p.failures[g.key] = failure{msg: msg}
-		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
-	}
-	tree, err := p.tree(nodes)
-	if err != nil {
-		p.failures[g.key] = failure{msg: err.Error(), final: true}
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
-	}
-	res, err := topology.Place(tree, topology.Request{Pods: pending, Capacity: capacity, Placed: placed, Rules: g.rules})
-	if err != nil {
-		msg := fmt.Sprintf("gang %s: %v", g.key, err)
-		if shortfall != "" {
-			msg += "; " + shortfall
-		}
-		if _, isFailure := err.(*topology.Failure); !isFailure {
-			// A rule naming a missing layer: no retry, and no eviction,
-			// helps until the PodGroup or the topology changes.
-			p.failures[g.key] = failure{msg: msg, final: true}
-			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
-		}
-		p.failures[g.key] = failure{msg: msg}
-		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
-	}
-	where := "the cluster"
-	if res.Domain != "" {
-		where = res.Layer + " " + res.Domain
-	}
-	logger.V(2).Info("Gang placement planned", "gang", g.key, "pods", pending, "where", where, "nodes", len(res.Nodes))
-	return &plan{created: time.Now(), remaining: res.Nodes, assigned: map[types.UID]string{}, where: where}, nil
-}
-
-// tree builds the network tree of the candidate nodes from the
-// ClusterNetworkTopology; without one the cluster is flat.
-func (p *Plugin) tree(nodes []fwk.NodeInfo) (*topology.Tree, error) {
-	var layers []topology.Layer
-	if t := p.src.topology(); t != nil {
-		var err error
-		if layers, err = topology.Layers(t.Spec); err != nil {
-			return nil, fmt.Errorf("ClusterNetworkTopology %s: %w", t.Name, err)
-		}
-	}
-	in := make([]topology.Node, 0, len(nodes))
-	for _, ni := range nodes {
-		if n := ni.Node(); n != nil {
-			in = append(in, topology.Node{Name: n.Name, Labels: n.Labels})
-		}
-	}
-	return topology.Build(layers, in), nil
-}
-
 // Filter implements fwk.FilterPlugin: a gang member goes only where its
-// plan has room left; any other pod stays off nodes whose freed room is
-// nominated to a gang of higher priority.
-func (p *Plugin) Filter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+// plan has room left for its shape; any other pod stays off nodes whose
+// freed room is nominated to a gang of higher priority.
+func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	if isProbe(state) {
+		return nil
+	}
 	key := gangKeyOf(pod)
 	if holder := p.reservedFor(ni.Node().Name, corev1helpers.PodPriority(pod), key); holder != "" {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node's freed room is reserved for gang %s", holder))
@@ -490,9 +303,14 @@ func (p *Plugin) Filter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, ni
 	if key == "" {
 		return nil
 	}
+	shape := shapeFromState(state, pod)
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	pl := p.plans[key]
+	left, where := 0, ""
+	if pl != nil {
+		left, where = pl.remaining[shape][ni.Node().Name], pl.where
+	}
+	p.mu.Unlock()
 	if pl == nil {
 		// Upstream groups have no plan (the pod-group cycle places them);
 		// looking the gang up only here keeps Filter, which runs per node,
@@ -502,8 +320,8 @@ func (p *Plugin) Filter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, ni
 		}
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s has no placement plan", key))
 	}
-	if pl.remaining[ni.Node().Name] <= 0 {
-		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node is outside the placement of gang %s (%s)", key, pl.where))
+	if left <= 0 {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node is outside the placement of gang %s (%s)", key, where))
 	}
 	return nil
 }
@@ -533,17 +351,19 @@ func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *corev1.P
 	return res, st
 }
 
-// Reserve implements fwk.ReservePlugin.
-func (p *Plugin) Reserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, node string) *fwk.Status {
+// Reserve implements fwk.ReservePlugin: the member takes its room in the
+// plan.
+func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Pod, node string) *fwk.Status {
 	key := gangKeyOf(pod)
 	if key == "" {
 		return nil
 	}
+	shape := shapeFromState(state, pod)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if pl := p.plans[key]; pl != nil {
-		pl.remaining[node]--
-		pl.assigned[pod.UID] = node
+	if pl := p.plans[key]; pl != nil && pl.remaining[shape] != nil {
+		pl.remaining[shape][node]--
+		pl.assigned[pod.UID] = slot{shape: shape, node: node}
 	}
 	return nil
 }
@@ -557,9 +377,9 @@ func (p *Plugin) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod,
 	}
 	p.mu.Lock()
 	if pl := p.plans[g.key]; pl != nil {
-		if _, ok := pl.assigned[pod.UID]; ok {
+		if at, ok := pl.assigned[pod.UID]; ok {
 			delete(pl.assigned, pod.UID)
-			pl.remaining[node]++
+			pl.remaining[at.shape][at.node]++
 		}
 	}
 	p.mu.Unlock()
@@ -644,18 +464,4 @@ func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 		p.status.scheduled(p.specByKey(k, nil))
 	}
 	return nil, 0
-}
-
-func (p *Plugin) isWaiting(uid types.UID) bool {
-	return p.handle.GetWaitingPod(uid) != nil
-}
-
-// sortedNodes is used by tests.
-func sortedNodes(m map[string]int) []string {
-	out := make([]string, 0, len(m))
-	for n := range m {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
 }

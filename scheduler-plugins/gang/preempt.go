@@ -3,6 +3,7 @@ package gang
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -67,7 +68,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 		return nil, fwk.AsStatus(err)
 	}
 	prio := corev1helpers.PodPriority(pod)
-	pending, placed := p.pendingAndPlaced(g)
+	shapes, placed := p.gangShapes(g, pod)
 	units := p.victimUnits(nodes, prio)
 	base, err := p.handle.SharedDRAManager().ResourceClaims().GatherAllocatedState()
 	if err != nil {
@@ -77,13 +78,9 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	rules := g.rules
-	place := func(set []int) (*topology.Plan, error) {
-		capacity, _, err := p.capacity.capacities(ctx, pod, pending, nodes, p.adjustFor(units, set, base))
-		if err != nil {
-			return nil, err
-		}
-		return topology.Place(tree, topology.Request{Pods: pending, Capacity: capacity, Placed: placed, Rules: rules})
+	probes := p.probesFor(ctx, shapes)
+	place := func(set []int) (*placement, error) {
+		return p.place(ctx, g, shapes, placed, nodes, tree, p.adjustFor(units, set, base), probes)
 	}
 	plain := make([]preemption.Unit, len(units))
 	for i, u := range units {
@@ -91,7 +88,8 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 	}
 	set, ok, err := preemption.Choose(plain, func(set []int) (bool, error) {
 		_, err := place(set)
-		if _, isFailure := err.(*topology.Failure); isFailure {
+		var tf *topology.Failure
+		if errors.As(err, &tf) {
 			return false, nil
 		}
 		return err == nil, err
@@ -117,8 +115,8 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 		return nil, fwk.AsStatus(fmt.Errorf("plan after choosing victims: %w", err))
 	}
 	cost := preemption.CostOf(plain, set)
-	logger.V(1).Info("Preempting for gang", "gang", g.key, "victims", cost.String(), "where", plan.Domain)
-	nom := &nomination{victims: map[types.UID]types.NamespacedName{}, nodes: plan.Nodes, priority: prio, at: time.Now()}
+	logger.V(1).Info("Preempting for gang", "gang", g.key, "victims", cost.String(), "where", plan.domain)
+	nom := &nomination{victims: map[types.UID]types.NamespacedName{}, nodes: plan.nodes(), priority: prio, at: time.Now()}
 	var names []string
 	for _, i := range set {
 		names = append(names, units[i].ID)
@@ -136,7 +134,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 			}
 		}
 	}
-	mine := p.nominateMembers(ctx, g, plan.Nodes, pod)
+	mine := p.nominateMembers(ctx, g, plan.byShape, pod)
 	p.status.preempted(g, fmt.Sprintf("evicting %s: %s", cost.String(), strings.Join(names, ", ")))
 	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: mine, NominatingMode: fwk.ModeOverride}}, fwk.NewStatus(fwk.Success)
 }
@@ -325,11 +323,7 @@ func (p *Plugin) adjustFor(units []victimUnit, set []int, base *structured.Alloc
 			victims[v.UID] = true
 		}
 	}
-	state := &structured.AllocatedState{
-		AllocatedDevices:         base.AllocatedDevices.Clone(),
-		AllocatedSharedDeviceIDs: base.AllocatedSharedDeviceIDs.Clone(),
-		AggregatedCapacity:       base.AggregatedCapacity.Clone(),
-	}
+	state := cloneAllocated(base)
 	for _, i := range set {
 		for _, v := range units[i].pods {
 			node := v.Spec.NodeName
@@ -398,12 +392,15 @@ func (p *Plugin) evict(ctx context.Context, v *corev1.Pod, gang string) error {
 }
 
 // nominateMembers writes status.nominatedNodeName on every pending member
-// (members in name order, nodes in name order), and returns the preemptor's.
-func (p *Plugin) nominateMembers(ctx context.Context, g *gangSpec, nodes map[string]int, preemptor *corev1.Pod) string {
-	var slots []string
-	for _, n := range sortedNodes(nodes) {
-		for i := 0; i < nodes[n]; i++ {
-			slots = append(slots, n)
+// (per shape, members in name order onto that shape's nodes in name
+// order), and returns the preemptor's.
+func (p *Plugin) nominateMembers(ctx context.Context, g *gangSpec, byShape map[string]map[string]int, preemptor *corev1.Pod) string {
+	slots := map[string][]string{}
+	for shape, nodes := range byShape {
+		for _, n := range sortedNodes(nodes) {
+			for i := 0; i < nodes[n]; i++ {
+				slots[shape] = append(slots[shape], n)
+			}
 		}
 	}
 	var members []*corev1.Pod
@@ -414,15 +411,18 @@ func (p *Plugin) nominateMembers(ctx context.Context, g *gangSpec, nodes map[str
 	}
 	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
 	mine := ""
-	for i, m := range members {
-		if i >= len(slots) {
-			break
+	for _, m := range members {
+		shape := shapeKey(m)
+		if len(slots[shape]) == 0 {
+			continue
 		}
+		node := slots[shape][0]
+		slots[shape] = slots[shape][1:]
 		if m.UID == preemptor.UID {
-			mine = slots[i]
+			mine = node
 			continue // the scheduler writes the preemptor's own nomination
 		}
-		patch := []byte(fmt.Sprintf(`{"status":{"nominatedNodeName":%q}}`, slots[i]))
+		patch := []byte(fmt.Sprintf(`{"status":{"nominatedNodeName":%q}}`, node))
 		if _, err := p.handle.ClientSet().CoreV1().Pods(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 			klog.FromContext(ctx).V(2).Info("Cannot nominate gang member", "pod", klog.KObj(m), "err", err)
 		}

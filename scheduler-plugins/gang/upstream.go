@@ -160,7 +160,7 @@ func (p *Plugin) leafCapacities(ctx context.Context, pg fwk.PodGroupInfo, nodes 
 		caps[pg.GetKey()] = map[string]int{}
 		return nil
 	}
-	capacity, _, err := p.capacity.capacities(ctx, pods[0], len(pods), nodes, nil)
+	capacity, _, err := p.capacity.capacities(ctx, pods[0], len(pods), nodes, nil, nil)
 	if err != nil {
 		return err
 	}

@@ -299,7 +299,7 @@ func TestGangNeedsFreeDevicesNotJustCPU(t *testing.T) {
 	e := startCluster(t, twoBlocks(2))
 	e.occupy([]string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}, 1)
 	e.gang("big", 2, 2, 8, nil)
-	e.waitGangMessage("big", "short of DRA devices", 30*time.Second)
+	e.waitGangMessage("big", "(DRA devices)", 30*time.Second)
 	if n := boundCount(e.gangPods("big")); n != 0 {
 		t.Fatalf("%d members bound on nodes without 8 free GPUs", n)
 	}

@@ -1,0 +1,119 @@
+package gang
+
+import (
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
+)
+
+// The gang registry: which gang a pod belongs to, what the gang asks for,
+// and which of its members exist. Gangs come from PodGroups (Strata's
+// scheduling.sigs.k8s.io/v1alpha1 or upstream scheduling.k8s.io/v1beta1)
+// or from the annotations of their pods; members are found through an
+// index of the scheduler's pod informer.
+
+const gangIndex = "strata.sh/gang"
+
+// gangOf returns a pod's gang, or nil.
+func (p *Plugin) gangOf(pod *corev1.Pod) *gangSpec {
+	key := gangKeyOf(pod)
+	if key == "" {
+		return nil
+	}
+	return p.specByKey(key, pod)
+}
+
+// specByKey finds a gang by key: its PodGroup, or the annotations of one
+// of its pods.
+func (p *Plugin) specByKey(key string, member *corev1.Pod) *gangSpec {
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
+	if pg := p.src.podGroup(ns, name); pg != nil {
+		return specFromPodGroup(pg)
+	}
+	if pg := p.upstreamPodGroup(ns, name); pg != nil {
+		return specFromUpstream(pg, p.ancestors(pg))
+	}
+	if member == nil {
+		if objs, _ := p.podIndex.ByIndex(gangIndex, key); len(objs) > 0 {
+			member = objs[0].(*corev1.Pod)
+		}
+	}
+	if member != nil {
+		if _, _, ok := annotation(member.Annotations, KeyName); ok {
+			return specFromPod(member, key)
+		}
+	}
+	return &gangSpec{key: key, minMember: 1, group: []string{key},
+		err: fmt.Errorf("PodGroup %s not found (pods name it with label %s)", key, schedulingv1alpha1.PodGroupLabel)}
+}
+
+// members returns the live pods of a gang.
+func (p *Plugin) members(key string) []*corev1.Pod {
+	objs, _ := p.podIndex.ByIndex(gangIndex, key)
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		pod := o.(*corev1.Pod)
+		if pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			out = append(out, pod)
+		}
+	}
+	return out
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// wakeGroup moves the pending members of a gang's group to the active
+// queue once every gang of the group has minMember pods.
+func (p *Plugin) wakeGroup(logger klog.Logger, key string) {
+	if key == "" {
+		return
+	}
+	g := p.specByKey(key, nil)
+	if g.err != nil || g.upstream {
+		return
+	}
+	pending := map[string]*corev1.Pod{}
+	for _, k := range g.group {
+		spec := g
+		if k != g.key {
+			spec = p.specByKey(k, nil)
+		}
+		members := p.members(k)
+		if len(members) < spec.minMember {
+			return
+		}
+		for _, m := range members {
+			if m.Spec.NodeName == "" && !p.isWaiting(m.UID) {
+				pending[m.Namespace+"/"+m.Name] = m
+			}
+		}
+	}
+	if len(pending) > 0 {
+		p.handle.Activate(logger, pending)
+	}
+}
+
+func (p *Plugin) isWaiting(uid types.UID) bool {
+	return p.handle.GetWaitingPod(uid) != nil
+}
+
+// sortedNodes is used by tests.
+func sortedNodes(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

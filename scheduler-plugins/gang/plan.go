@@ -1,0 +1,284 @@
+package gang
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/strata-sh/strata/scheduler-plugins/topology"
+)
+
+// planTTL bounds how long a placement plan is reused before it is
+// computed again from the cluster's current state.
+const planTTL = 30 * time.Second
+
+// plan is where a gang's pending members go, per shape.
+type plan struct {
+	created time.Time
+	// remaining counts, per shape and node, the members still to come.
+	remaining map[string]map[string]int
+	assigned  map[types.UID]slot
+	where     string
+}
+
+// slot is the room a reserved member took.
+type slot struct{ shape, node string }
+
+// nodes returns the nodes with room left for members of a shape.
+func (p *plan) nodes(shape string) sets.Set[string] {
+	out := sets.New[string]()
+	for n, c := range p.remaining[shape] {
+		if c > 0 {
+			out.Insert(n)
+		}
+	}
+	return out
+}
+
+// gangShapes groups the gang's pending members (neither bound nor waiting
+// in Permit) by shape, scarcest first, and counts the members already
+// placed per node. pod, the member being scheduled, is always pending.
+func (p *Plugin) gangShapes(g *gangSpec, pod *corev1.Pod) ([]*shape, map[string]int) {
+	byKey := map[string]*shape{}
+	placed := map[string]int{}
+	add := func(m *corev1.Pod) {
+		k := shapeKey(m)
+		s := byKey[k]
+		if s == nil {
+			s = &shape{key: k, pod: m}
+			byKey[k] = s
+		}
+		s.pending++
+		if m.UID == pod.UID || (s.pod.UID != pod.UID && m.Name < s.pod.Name) {
+			s.pod = m // the member being scheduled, else the first by name
+		}
+	}
+	seen := false
+	for _, m := range p.members(g.key) {
+		switch {
+		case m.Spec.NodeName != "":
+			placed[m.Spec.NodeName]++
+		case m.UID == pod.UID:
+			seen = true
+			add(m)
+		case !p.isWaiting(m.UID):
+			add(m)
+		}
+	}
+	if !seen {
+		add(pod)
+	}
+	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
+		if gangKeyOf(wp.GetPod()) == g.key {
+			if node := wp.GetPod().Spec.NodeName; node != "" {
+				placed[node]++
+			}
+		}
+	})
+	shapes := make([]*shape, 0, len(byKey))
+	for _, s := range byKey {
+		shapes = append(shapes, s)
+	}
+	sortShapes(shapes)
+	return shapes, placed
+}
+
+// placement is where every shape of a gang goes.
+type placement struct {
+	byShape map[string]map[string]int
+	// layer and domain: the smallest domain holding the scarcest shape.
+	layer, domain string
+}
+
+// nodes adds up the members per node over all shapes.
+func (pl *placement) nodes() map[string]int {
+	out := map[string]int{}
+	for _, m := range pl.byShape {
+		for n, c := range m {
+			out[n] += c
+		}
+	}
+	return out
+}
+
+// placeFailure is why a gang has no placement: the topology's Failure or
+// another error, with the shape that did not fit.
+type placeFailure struct {
+	err       error
+	shortfall string
+	shape     *shape
+	shapes    int
+}
+
+func (f *placeFailure) Error() string {
+	msg := f.err.Error()
+	if f.shapes > 1 {
+		msg = fmt.Sprintf("%s like %s: %s", plural(f.shape.pending, "member"), f.shape.pod.Name, msg)
+	}
+	if f.shortfall != "" {
+		msg += "; " + f.shortfall
+	}
+	return msg
+}
+
+func (f *placeFailure) Unwrap() error { return f.err }
+
+// maxDomainRetries bounds how many domains of the scarcest shape are tried
+// when a later shape finds no room beside it.
+const maxDomainRetries = 4
+
+// place finds room for every shape of a gang: the scarcest shape first,
+// under the gang's rules, then each other shape in the room the shapes
+// before it left, pulled into their domains (the members planned so far
+// count as placed, so a MustGather domain must hold them all, and
+// PreferGather and node choice favour them). podCountMultiple applies to
+// the scarcest shape only: a launcher does not break a gang of 8 workers
+// into multiples of 9. If a later shape does not fit beside the first,
+// the first is moved out of that domain and tried again.
+//
+// adj simulates evictions (nil: the cluster as it is); probes bound each
+// shape by the Filter plugins.
+func (p *Plugin) place(ctx context.Context, g *gangSpec, shapes []*shape, placed map[string]int, nodes []fwk.NodeInfo, tree *topology.Tree, adj *adjustment, probes map[string]*filterProbe) (*placement, error) {
+	byName := make(map[string]fwk.NodeInfo, len(nodes))
+	for _, ni := range nodes {
+		byName[ni.Node().Name] = ni
+	}
+	excluded := sets.New[string]()
+	for attempt := 0; ; attempt++ {
+		out := &placement{byShape: map[string]map[string]int{}}
+		cur := adj
+		sofar := maps.Clone(placed)
+		for i, s := range shapes {
+			capacity, shortfall, err := p.capacity.capacities(ctx, s.pod, s.pending, nodes, cur, probes[s.key])
+			if err != nil {
+				return nil, err
+			}
+			rules := g.rules
+			if i == 0 {
+				for n := range excluded {
+					capacity[n] = 0
+				}
+			} else {
+				rules = withoutMultiples(rules)
+			}
+			res, err := topology.Place(tree, topology.Request{Pods: s.pending, Capacity: capacity, Placed: sofar, Rules: rules})
+			if err != nil {
+				var tf *topology.Failure
+				if i > 0 && errors.As(err, &tf) && attempt < maxDomainRetries && out.domain != "" {
+					excluded.Insert(nodesIn(tree, out.layer, out.domain, out.byShape[shapes[0].key])...)
+					break
+				}
+				return nil, &placeFailure{err: err, shortfall: shortfall, shape: s, shapes: len(shapes)}
+			}
+			out.byShape[s.key] = res.Nodes
+			if i == 0 {
+				out.layer, out.domain = res.Layer, res.Domain
+			}
+			for n, c := range res.Nodes {
+				sofar[n] += c
+			}
+			if i == len(shapes)-1 {
+				return out, nil
+			}
+			if cur, err = p.capacity.consume(ctx, s.pod, res.Nodes, byName, cur); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// withoutMultiples drops podCountMultiple from rules.
+func withoutMultiples(rules []topology.Rule) []topology.Rule {
+	out := make([]topology.Rule, len(rules))
+	for i, r := range rules {
+		r.PodCountMultiple = 0
+		out[i] = r
+	}
+	return out
+}
+
+// nodesIn lists the nodes of a domain (a node itself on the node layer).
+func nodesIn(tree *topology.Tree, layer, domain string, planned map[string]int) []string {
+	i := tree.LayerIndex(layer)
+	if i < 0 || i == len(tree.Layers) {
+		return sortedNodes(planned)
+	}
+	var out []string
+	for n := range tree.Leaf {
+		if d := tree.Ancestor(n, i); d != nil && d.Name == domain {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// probesFor runs PreFilter once per shape for the Filter-plugin probes.
+func (p *Plugin) probesFor(ctx context.Context, shapes []*shape) map[string]*filterProbe {
+	out := make(map[string]*filterProbe, len(shapes))
+	for _, s := range shapes {
+		if pr := newFilterProbe(ctx, p.handle, s.pod); pr != nil {
+			out[s.key] = pr
+		}
+	}
+	return out
+}
+
+// computePlan places the gang's pending members.
+func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, nodes []fwk.NodeInfo) (*plan, *fwk.Status) {
+	logger := klog.FromContext(ctx)
+	shapes, placed := p.gangShapes(g, pod)
+	tree, err := p.tree(nodes)
+	if err != nil {
+		p.failures[g.key] = failure{msg: err.Error(), final: true}
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	res, err := p.place(ctx, g, shapes, placed, nodes, tree, nil, p.probesFor(ctx, shapes))
+	if err != nil {
+		msg := fmt.Sprintf("gang %s: %v", g.key, err)
+		var tf *topology.Failure
+		var pf *placeFailure
+		if errors.As(err, &pf) && !errors.As(err, &tf) {
+			// A rule naming a missing layer: no retry, and no eviction,
+			// helps until the PodGroup or the topology changes.
+			p.failures[g.key] = failure{msg: msg, final: true}
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+		}
+		p.failures[g.key] = failure{msg: msg}
+		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
+	}
+	where := "the cluster"
+	if res.domain != "" {
+		where = res.layer + " " + res.domain
+	}
+	logger.V(2).Info("Gang placement planned", "gang", g.key, "shapes", len(shapes), "where", where, "nodes", len(res.nodes()))
+	return &plan{created: time.Now(), remaining: res.byShape, assigned: map[types.UID]slot{}, where: where}, nil
+}
+
+// tree builds the network tree of the candidate nodes from the
+// ClusterNetworkTopology; without one the cluster is flat.
+func (p *Plugin) tree(nodes []fwk.NodeInfo) (*topology.Tree, error) {
+	var layers []topology.Layer
+	if t := p.src.topology(); t != nil {
+		var err error
+		if layers, err = topology.Layers(t.Spec); err != nil {
+			return nil, fmt.Errorf("ClusterNetworkTopology %s: %w", t.Name, err)
+		}
+	}
+	in := make([]topology.Node, 0, len(nodes))
+	for _, ni := range nodes {
+		if n := ni.Node(); n != nil {
+			in = append(in, topology.Node{Name: n.Name, Labels: n.Labels})
+		}
+	}
+	return topology.Build(layers, in), nil
+}
