@@ -266,16 +266,24 @@ func (p *placer) preferredTarget(must int, feasible []scope, need int) scope {
 			}
 		}
 		if len(cands) > 0 {
-			return p.tightest(cands)
+			return p.tightest(cands, need)
 		}
 	}
-	return p.tightest(feasible)
+	return p.tightest(feasible, need)
 }
 
 // tightest orders candidates: those holding placed members first, then
-// the least spare capacity, then the parent with the least capacity
-// (keeping emptier parents whole), then name.
-func (p *placer) tightest(c []scope) scope {
+// the fewest lowest-layer switches the gang would span inside them (a
+// domain whose room sits in a few big blocks beats one with the same room
+// in many small ones), then the least spare capacity, then the parent
+// with the least capacity (keeping emptier parents whole), then name.
+func (p *placer) tightest(c []scope, need int) scope {
+	span := make(map[*Domain]int, len(c))
+	for _, s := range c {
+		if s.d != nil {
+			span[s.d] = p.span(s.d, need)
+		}
+	}
 	sort.Slice(c, func(i, j int) bool {
 		a, b := c[i], c[j]
 		if a.d == nil || b.d == nil {
@@ -283,6 +291,9 @@ func (p *placer) tightest(c []scope) scope {
 		}
 		if pa, pb := p.placed[a.d], p.placed[b.d]; pa != pb {
 			return pa > pb
+		}
+		if sa, sb := span[a.d], span[b.d]; sa != sb {
+			return sa < sb
 		}
 		if a.cap != b.cap {
 			return a.cap < b.cap
@@ -293,6 +304,44 @@ func (p *placer) tightest(c []scope) scope {
 		return a.d.Name < b.d.Name
 	})
 	return c[0]
+}
+
+// span counts the domains of the lowest layer (the switches right above
+// the nodes) that need members take inside d at the fewest: the roomiest
+// first, which is the minimum. For a domain of the lowest layer itself it
+// counts nodes.
+func (p *placer) span(d *Domain, need int) int {
+	var caps []int
+	if len(d.Children) == 0 {
+		for _, n := range d.Nodes {
+			caps = append(caps, p.nodeCap[n])
+		}
+	} else {
+		var walk func(*Domain)
+		walk = func(x *Domain) {
+			if len(x.Children) == 0 {
+				caps = append(caps, p.capOf[x])
+				return
+			}
+			for _, ch := range x.Children {
+				walk(ch)
+			}
+		}
+		walk(d)
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(caps)))
+	n := 0
+	for _, c := range caps {
+		if need <= 0 || c == 0 {
+			break
+		}
+		need -= c
+		n++
+	}
+	if need > 0 {
+		return len(caps) + 1 // cannot hold them
+	}
+	return n
 }
 
 func (p *placer) parentCap(d *Domain) int {
@@ -328,7 +377,7 @@ func (p *placer) distribute(d *Domain, n int, out map[string]int) error {
 		}
 	}
 	if len(one) > 0 {
-		return p.distribute(p.tightest(one).d, n, out)
+		return p.distribute(p.tightest(one, n).d, n, out)
 	}
 	order := append([]*Domain(nil), children...)
 	sort.Slice(order, func(i, j int) bool {

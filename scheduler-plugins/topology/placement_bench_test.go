@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"sort"
 	"math/rand/v2"
 	"testing"
 )
@@ -45,14 +46,42 @@ func BenchmarkPlace(b *testing.B) {
 				req := Request{Pods: pods, Capacity: capacity, Rules: []Rule{{Layer: layer, Strategy: strategy}}}
 				b.Run(fmt.Sprintf("nodes=%d/pods=%d/%s=%s", nodes, pods, layer, strategy), func(b *testing.B) {
 					b.ReportAllocs()
+					var plan *Plan
 					for b.Loop() {
-						if _, err := Place(tree, req); err != nil {
+						var err error
+						if plan, err = Place(tree, req); err != nil {
 							b.Fatal(err)
 						}
 					}
+					b.ReportMetric(float64(blocksSpanned(tree, plan)), "blocks")
+					b.ReportMetric(float64(fewestBlocks(tree, capacity, pods)), "min-blocks")
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkPlaceUneven is the fragmented case: spine s0 of ten 2-node
+// blocks, s1 of four 8-node blocks, one pod per node, a 16-pod gang.
+func BenchmarkPlaceUneven(b *testing.B) {
+	tree := unevenSpines(b)
+	capacity := map[string]int{}
+	for n := range tree.Leaf {
+		capacity[n] = 1
+	}
+	for _, strategy := range []Strategy{PreferGather, MustGather} {
+		req := Request{Pods: 16, Capacity: capacity, Rules: []Rule{{Layer: "SpineLayer", Strategy: strategy}}}
+		b.Run("SpineLayer="+string(strategy), func(b *testing.B) {
+			var plan *Plan
+			for b.Loop() {
+				var err error
+				if plan, err = Place(tree, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(blocksSpanned(tree, plan)), "blocks")
+			b.ReportMetric(float64(fewestBlocks(tree, capacity, 16)), "min-blocks")
+		})
 	}
 }
 
@@ -69,4 +98,44 @@ func BenchmarkBuild(b *testing.B) {
 			}
 		})
 	}
+}
+
+// blocksSpanned counts the blocks a plan uses.
+func blocksSpanned(tree *Tree, plan *Plan) int {
+	seen := map[*Domain]bool{}
+	for n, c := range plan.Nodes {
+		if c > 0 {
+			seen[tree.Leaf[n]] = true
+		}
+	}
+	return len(seen)
+}
+
+// fewestBlocks is the fewest blocks of one spine that hold pods: per
+// spine, the roomiest blocks first.
+func fewestBlocks(tree *Tree, capacity map[string]int, pods int) int {
+	best := -1
+	for _, spine := range tree.Roots {
+		var caps []int
+		for _, block := range spine.Children {
+			c := 0
+			for _, n := range block.Nodes {
+				c += capacity[n]
+			}
+			caps = append(caps, c)
+		}
+		sort.Sort(sort.Reverse(sort.IntSlice(caps)))
+		left, n := pods, 0
+		for _, c := range caps {
+			if left <= 0 {
+				break
+			}
+			left -= c
+			n++
+		}
+		if left <= 0 && (best < 0 || n < best) {
+			best = n
+		}
+	}
+	return best
 }

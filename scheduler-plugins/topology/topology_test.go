@@ -247,3 +247,52 @@ func TestPlaceNeverOverfills(t *testing.T) {
 		}
 	}
 }
+
+// unevenSpines is the fragmented cluster of the topology issue: spine s0
+// with ten blocks of two nodes, spine s1 with four blocks of eight.
+func unevenSpines(t testing.TB) *Tree {
+	t.Helper()
+	layers, err := Layers(seedLayers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []Node
+	add := func(spine string, blocks, perBlock, first int) {
+		for b := 0; b < blocks; b++ {
+			block := fmt.Sprintf("b%d", first+b)
+			for n := 0; n < perBlock; n++ {
+				nodes = append(nodes, Node{Name: fmt.Sprintf("%s-n%d", block, n), Labels: map[string]string{
+					"network.topology.nvidia.com/spine": spine, "network.topology.nvidia.com/block": block,
+				}})
+			}
+		}
+	}
+	add("s0", 10, 2, 0)
+	add("s1", 4, 8, 10)
+	return Build(layers, nodes)
+}
+
+// TestPlaceSpansFewestSwitches: a 16-pod gang (one pod per node) fits in
+// both spines; s0 has less spare room but would take 8 blocks, s1 takes
+// 2. Fewest blocks wins, whether the spine is required or preferred.
+func TestPlaceSpansFewestSwitches(t *testing.T) {
+	tree := unevenSpines(t)
+	for _, strategy := range []Strategy{MustGather, PreferGather} {
+		plan, err := Place(tree, Request{Pods: 16, Capacity: uniform(tree, 1), Rules: []Rule{{Layer: "SpineLayer", Strategy: strategy}}})
+		if err != nil {
+			t.Fatalf("%s: %v", strategy, err)
+		}
+		if plan.Domain != "s1" || len(blocksOf(plan)) != 2 {
+			t.Errorf("%s: placed in %s over blocks %v, want s1 over 2 blocks", strategy, plan.Domain, blocksOf(plan))
+		}
+	}
+	// Two pods fit in one block of either spine: the block they fill
+	// exactly wins over the roomier ones.
+	plan, err := Place(tree, Request{Pods: 2, Capacity: uniform(tree, 1), Rules: []Rule{{Layer: "BlockLayer", Strategy: MustGather}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := blocksOf(plan); len(got) != 1 || got[0] != "b0" {
+		t.Errorf("2-pod gang in blocks %v, want the exactly fitting b0", got)
+	}
+}

@@ -203,3 +203,38 @@ func TestGangPlansWhatFilterAllows(t *testing.T) {
 		t.Fatalf("%d members of a gang that cannot fit were bound", n)
 	}
 }
+
+// unevenSpines: spine-0 has four blocks of one node, spine-1 one block
+// of four nodes; every node holds one member.
+const unevenSpines = `
+apiVersion: sim.strata.sh/v1alpha1
+kind: Cluster
+nodeGroups:
+- name: small
+  count: 4
+  cpu: "16"
+  memory: 64Gi
+  labels:
+    network.topology.nvidia.com/spine: spine-0
+    network.topology.nvidia.com/block: small-{index}
+- name: big
+  count: 4
+  cpu: "16"
+  memory: 64Gi
+  labels:
+    network.topology.nvidia.com/spine: spine-1
+    network.topology.nvidia.com/block: big
+`
+
+// TestGangTakesFewestSwitches: both spines hold the 4-member gang with
+// the same room; spine-0 would spread it over four blocks, spine-1 keeps
+// it in one.
+func TestGangTakesFewestSwitches(t *testing.T) {
+	e := startCluster(t, unevenSpines)
+	e.applyFile(examplesDir + "/gang/topology.yaml")
+	e.shapedGang("job", map[string]string{"scheduling.strata.sh/network-topology-spec": `{"gatherStrategy":[{"layer":"SpineLayer","strategy":"MustGather"}]}`},
+		role{name: "worker", count: 4, cpu: "12"})
+	if blocks := e.blocksOf(e.waitGangRunning("job", 4)); len(blocks) != 1 || blocks[0] != "big" {
+		t.Errorf("gang spans blocks %v, want only block big", blocks)
+	}
+}
