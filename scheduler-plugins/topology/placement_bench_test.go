@@ -2,8 +2,8 @@ package topology
 
 import (
 	"fmt"
-	"sort"
 	"math/rand/v2"
+	"sort"
 	"testing"
 )
 
