@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,7 +60,9 @@ func (r *PodGroupReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 			failed++
 		}
 	}
-	phase := pg.Status.Phase
+	// The phase is derived here only: from the pods, and from the
+	// scheduler's Scheduled condition (the scheduler writes nothing else).
+	var phase schedulingv1alpha1.PodGroupPhase
 	switch {
 	case failed > 0:
 		phase = schedulingv1alpha1.PodGroupFailed
@@ -67,7 +70,9 @@ func (r *PodGroupReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		phase = schedulingv1alpha1.PodGroupFinished
 	case running >= pg.Spec.MinMember && pg.Spec.MinMember > 0:
 		phase = schedulingv1alpha1.PodGroupRunning
-	case phase == "":
+	case meta.IsStatusConditionTrue(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled):
+		phase = schedulingv1alpha1.PodGroupScheduled
+	default:
 		phase = schedulingv1alpha1.PodGroupPending
 	}
 	if pg.Status.Running == running && pg.Status.Succeeded == succeeded && pg.Status.Failed == failed && pg.Status.Phase == phase {

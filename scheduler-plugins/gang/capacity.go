@@ -92,6 +92,10 @@ func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, wan
 	if err != nil {
 		return nil, "", err
 	}
+	pinned, err := e.allocatedOn(pod)
+	if err != nil {
+		return nil, "", err
+	}
 	var allocated *structured.AllocatedState
 	if adj != nil {
 		allocated = adj.allocated
@@ -122,6 +126,9 @@ func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, wan
 			reqs, d = withoutExt, draExt
 		}
 		l := nodeLimit(ctx, pod, reqs, affinity, ni, want, adj)
+		if l.count > 0 && !pinned.Match(ni.Node()) {
+			l = limit{reason: "a claim of the member is allocated on other nodes"}
+		}
 		if probe != nil && l.count > 0 && (adj == nil || adj.freedPods[ni.Node().Name] <= 0) {
 			if pl := probe.limit(ctx, ni, l.count); pl.count < l.count {
 				l = pl
@@ -463,6 +470,50 @@ func (e *capacityEstimator) memberClaims(pod *corev1.Pod) ([]*resourceapi.Resour
 		if c.Status.Allocation == nil {
 			out = append(out, c)
 		}
+	}
+	return out, nil
+}
+
+// pinnedTo is where a member's already allocated claims can be used.
+type pinnedTo []*nodeaffinity.NodeSelector
+
+// Match reports whether every allocated claim can be used on the node.
+func (p pinnedTo) Match(node *corev1.Node) bool {
+	for _, s := range p {
+		if !s.Match(node) {
+			return false
+		}
+	}
+	return true
+}
+
+// allocatedOn returns the node selectors of the member's claims that are
+// allocated already (a member retried after its bind failed, a claim
+// shared with a running pod): the member can only go where they are.
+func (e *capacityEstimator) allocatedOn(pod *corev1.Pod) (pinnedTo, error) {
+	var out pinnedTo
+	for _, pc := range pod.Spec.ResourceClaims {
+		name := ""
+		if pc.ResourceClaimName != nil {
+			name = *pc.ResourceClaimName
+		}
+		for _, st := range pod.Status.ResourceClaimStatuses {
+			if st.Name == pc.Name && st.ResourceClaimName != nil {
+				name = *st.ResourceClaimName
+			}
+		}
+		if name == "" {
+			continue
+		}
+		c, err := e.dra.ResourceClaims().Get(pod.Namespace, name)
+		if err != nil || c.Status.Allocation == nil || c.Status.Allocation.NodeSelector == nil {
+			continue
+		}
+		sel, err := nodeaffinity.NewNodeSelector(c.Status.Allocation.NodeSelector)
+		if err != nil {
+			return nil, fmt.Errorf("ResourceClaim %s/%s: allocation node selector: %w", pod.Namespace, name, err)
+		}
+		out = append(out, sel)
 	}
 	return out, nil
 }

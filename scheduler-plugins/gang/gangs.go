@@ -117,3 +117,30 @@ func sortedNodes(m map[string]int) []string {
 	sort.Strings(out)
 	return out
 }
+
+// boundEnough reports whether minMember members of the gang are bound:
+// such a gang is scheduled, whatever happens to members beyond minMember,
+// and its PodGroup never goes back to Scheduled=False for them.
+func (p *Plugin) boundEnough(g *gangSpec) bool {
+	n := 0
+	for _, m := range p.members(g.key) {
+		if m.Spec.NodeName != "" {
+			n++
+		}
+	}
+	return n >= g.minMember
+}
+
+// activateMembers retries the pending members of a gang, whether or not
+// the gang is complete (PreEnqueue says why not).
+func (p *Plugin) activateMembers(logger klog.Logger, key string) {
+	pending := map[string]*corev1.Pod{}
+	for _, m := range p.members(key) {
+		if m.Spec.NodeName == "" && !p.isWaiting(m.UID) {
+			pending[m.Namespace+"/"+m.Name] = m
+		}
+	}
+	if len(pending) > 0 {
+		p.handle.Activate(logger, pending)
+	}
+}

@@ -5,11 +5,14 @@ package gang
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/dynamic"
@@ -55,6 +58,14 @@ type Plugin struct {
 	// satisfied remembers gangs that reached minMember, for the
 	// once-satisfied match policy.
 	satisfied map[string]bool
+	// gen counts, per gang group (its first key), the rounds of waiting
+	// that ended (allowed, released or timed out); waitGen is the round
+	// each waiting member joined. A member rejected in an earlier round
+	// never counts toward a later one.
+	gen     map[string]uint64
+	waitGen map[types.UID]uint64
+	// allowed holds members let go by Permit until they are bound.
+	allowed map[types.UID]string
 }
 
 var (
@@ -65,6 +76,7 @@ var (
 	_ fwk.PostFilterPlugin  = (*Plugin)(nil)
 	_ fwk.ReservePlugin     = (*Plugin)(nil)
 	_ fwk.PermitPlugin      = (*Plugin)(nil)
+	_ fwk.PostBindPlugin    = (*Plugin)(nil)
 	_ fwk.EnqueueExtensions = (*Plugin)(nil)
 
 	_ fwk.PlacementGeneratePlugin  = (*Plugin)(nil)
@@ -107,6 +119,9 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		nominations: map[string]*nomination{},
 		failures:    map[string]failure{},
 		satisfied:   map[string]bool{},
+		gen:         map[string]uint64{},
+		waitGen:     map[types.UID]uint64{},
+		allowed:     map[types.UID]string{},
 	}
 	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
 		p.upstream = h.SharedInformerFactory().Scheduling().V1beta1().PodGroups().Lister()
@@ -115,6 +130,30 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		p.composites = h.SharedInformerFactory().Scheduling().V1alpha3().CompositePodGroups().Lister()
 	}
 	p.status = newStatusWriter(ctx, p.src, h.EventRecorder())
+	// The scheduler's own informer for PodGroups and this plugin's are
+	// different: the event that retries a member can come before the
+	// plugin sees the PodGroup, and the member would be judged on the old
+	// one (or none) and wait for an event that never comes. Seeing the
+	// PodGroup here retries its pending members again.
+	if p.src.podGroupInformer != nil {
+		activate := func(obj any) {
+			if m, err := meta.Accessor(obj); err == nil {
+				p.activateMembers(klog.FromContext(ctx), m.GetNamespace()+"/"+m.GetName())
+			}
+		}
+		if _, err := p.src.podGroupInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    activate,
+			UpdateFunc: func(oldObj, obj any) {
+				o, err1 := meta.Accessor(oldObj)
+				n, err2 := meta.Accessor(obj)
+				if err1 != nil || err2 != nil || o.GetGeneration() != n.GetGeneration() || !maps.Equal(o.GetAnnotations(), n.GetAnnotations()) {
+					activate(obj) // not for status writes
+				}
+			},
+		}); err != nil {
+			return nil, err
+		}
+	}
 	// Without the GangScheduling feature gate kube-scheduler does not
 	// retry gated pods when a pending pod arrives, so the member that
 	// completes a gang wakes the members PreEnqueue held back.
@@ -130,6 +169,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 			}
 			if pod, ok := obj.(*corev1.Pod); ok {
 				p.status.forgetPod(pod.UID)
+				p.forgetPod(pod.UID)
 			}
 		},
 	}); err != nil {
@@ -343,7 +383,7 @@ func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *corev1.P
 	// UnschedulableAndUnresolvable from preempt also keeps the scheduler's
 	// pod-by-pod preemption from evicting for a single member.
 	res, st := p.preempt(ctx, pod, g)
-	if !st.IsSuccess() {
+	if !st.IsSuccess() && !p.boundEnough(g) {
 		// One condition per attempt, written when the outcome is known,
 		// so the PodGroup says both why and whether eviction would help.
 		p.status.unschedulable(g, st.Message())
@@ -366,102 +406,4 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 		pl.assigned[pod.UID] = slot{shape: shape, node: node}
 	}
 	return nil
-}
-
-// Unreserve implements fwk.ReservePlugin: one member failing after it was
-// placed (a timeout at Permit, a failed bind) releases the whole group.
-func (p *Plugin) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, node string) {
-	g := p.gangOf(pod)
-	if g == nil {
-		return
-	}
-	p.mu.Lock()
-	if pl := p.plans[g.key]; pl != nil {
-		if at, ok := pl.assigned[pod.UID]; ok {
-			delete(pl.assigned, pod.UID)
-			pl.remaining[at.shape][at.node]++
-		}
-	}
-	p.mu.Unlock()
-	// An upstream group's cycle reserves and unreserves every member
-	// while it tries placements; its failures are the in-tree plugin's.
-	if !g.upstream {
-		p.releaseGroup(g, fmt.Sprintf("member %s was released", pod.Name))
-	}
-}
-
-// releaseGroup rejects every waiting member of the gang's group and drops
-// their plans.
-func (p *Plugin) releaseGroup(g *gangSpec, why string) {
-	group := sets.New(g.group...)
-	p.mu.Lock()
-	for _, k := range g.group {
-		delete(p.plans, k)
-	}
-	p.mu.Unlock()
-	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
-		if group.Has(gangKeyOf(wp.GetPod())) {
-			wp.Reject(Name, fmt.Sprintf("gang %s: %s", g.key, why))
-		}
-	})
-}
-
-// Permit implements fwk.PermitPlugin: a member waits until every gang of
-// its group has minMember members placed, then all are let go at once.
-func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, node string) (*fwk.Status, time.Duration) {
-	g := p.gangOf(pod)
-	if g == nil || g.upstream {
-		return nil, 0
-	}
-	p.mu.Lock()
-	once := g.matchPolicy == MatchOnceSatisfied && p.satisfied[g.key]
-	p.mu.Unlock()
-	if once {
-		return nil, 0
-	}
-	waiting := map[string]int{g.key: 1}
-	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
-		if k := gangKeyOf(wp.GetPod()); k != "" {
-			waiting[k]++
-		}
-	})
-	for _, key := range g.group {
-		spec := g
-		if key != g.key {
-			spec = p.specByKey(key, nil)
-		}
-		have := waiting[key]
-		if spec.matchPolicy != MatchOnlyWaiting {
-			for _, m := range p.members(key) {
-				if m.Spec.NodeName != "" {
-					have++
-				}
-			}
-		}
-		if have < spec.minMember {
-			klog.FromContext(ctx).V(4).Info("Gang member waits", "pod", klog.KObj(pod), "gang", key, "have", have, "minMember", spec.minMember)
-			// Members that failed an earlier attempt may sit in backoff
-			// or among the unschedulable pods: retry them now.
-			p.wakeGroup(klog.FromContext(ctx), g.key)
-			return fwk.NewStatus(fwk.Wait, fmt.Sprintf("gang %s has %d of %d members placed", key, have, spec.minMember)), g.timeout
-		}
-	}
-	group := sets.New(g.group...)
-	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
-		if group.Has(gangKeyOf(wp.GetPod())) {
-			wp.Allow(Name)
-		}
-	})
-	p.mu.Lock()
-	for _, k := range g.group {
-		p.satisfied[k] = true
-		delete(p.plans, k)
-		delete(p.nominations, k)
-		delete(p.failures, k)
-	}
-	p.mu.Unlock()
-	for _, k := range g.group {
-		p.status.scheduled(p.specByKey(k, nil))
-	}
-	return nil, 0
 }

@@ -94,9 +94,9 @@ func fromUnstructured(obj runtime.Object, into any) error {
 	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into)
 }
 
-// setCondition applies a PodGroup status condition, and the community
-// phase with it, unless the group already has it.
-func (s *sources) setCondition(ctx context.Context, pg *schedulingv1alpha1.PodGroup, cond metav1.Condition, phase schedulingv1alpha1.PodGroupPhase) error {
+// setCondition applies a PodGroup status condition unless the group
+// already has it.
+func (s *sources) setCondition(ctx context.Context, pg *schedulingv1alpha1.PodGroup, cond metav1.Condition) error {
 	for _, c := range pg.Status.Conditions {
 		if c.Type == cond.Type && c.Status == cond.Status && c.Reason == cond.Reason && c.Message == cond.Message {
 			return nil
@@ -109,9 +109,6 @@ func (s *sources) setCondition(ctx context.Context, pg *schedulingv1alpha1.PodGr
 		return err
 	}
 	status := map[string]any{"conditions": []any{condition}}
-	if phase != "" {
-		status["phase"] = string(phase)
-	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": schedulingv1alpha1.GroupVersion.String(),
 		"kind":       "PodGroup",

@@ -25,7 +25,9 @@ const (
 
 // statusWriter reports gang outcomes on PodGroups without blocking the
 // scheduling cycle: a condition on the PodGroup and an event when the
-// message changes.
+// message changes. The scheduler writes only its Scheduled condition;
+// counts and phase are strata-controller's, derived from the pods and
+// this condition, so each status field has one writer.
 type statusWriter struct {
 	src      *sources
 	recorder events.EventRecorderLogger
@@ -41,9 +43,8 @@ type statusWriter struct {
 }
 
 type statusUpdate struct {
-	pg    *schedulingv1alpha1.PodGroup
-	cond  metav1.Condition
-	phase schedulingv1alpha1.PodGroupPhase
+	pg   *schedulingv1alpha1.PodGroup
+	cond metav1.Condition
 }
 
 func newStatusWriter(ctx context.Context, src *sources, recorder events.EventRecorderLogger) *statusWriter {
@@ -72,14 +73,14 @@ func (w *statusWriter) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case u := <-w.updates:
-			if err := w.src.setCondition(ctx, u.pg, u.cond, u.phase); err != nil {
+			if err := w.src.setCondition(ctx, u.pg, u.cond); err != nil {
 				logger.V(2).Info("Cannot update PodGroup status", "podGroup", klog.KObj(u.pg), "err", err)
 			}
 		}
 	}
 }
 
-func (w *statusWriter) send(g *gangSpec, cond metav1.Condition, phase schedulingv1alpha1.PodGroupPhase, eventType string) {
+func (w *statusWriter) send(g *gangSpec, cond metav1.Condition, eventType string) {
 	if g == nil || g.podGroup == nil {
 		return
 	}
@@ -108,22 +109,20 @@ func (w *statusWriter) send(g *gangSpec, cond metav1.Condition, phase scheduling
 		w.recorder.Eventf(ref, nil, eventType, cond.Reason, "Scheduling", "%s", cond.Message)
 	}
 	select {
-	case w.updates <- statusUpdate{pg: g.podGroup, cond: cond, phase: phase}:
+	case w.updates <- statusUpdate{pg: g.podGroup, cond: cond}:
 	default: // a later update will carry the news
 	}
 }
 
 func (w *statusWriter) unschedulable(g *gangSpec, msg string) {
-	w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: ReasonUnschedulable, Message: msg},
-		schedulingv1alpha1.PodGroupPending, corev1.EventTypeWarning)
+	w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: ReasonUnschedulable, Message: msg}, corev1.EventTypeWarning)
 }
 
 // waiting says why a gang is held before scheduling: on its PodGroup, or
 // on the pod for a gang declared on pods alone.
 func (w *statusWriter) waiting(g *gangSpec, pod *corev1.Pod, reason, msg string) {
 	if g.podGroup != nil {
-		w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: reason, Message: msg},
-			schedulingv1alpha1.PodGroupPending, corev1.EventTypeWarning)
+		w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: reason, Message: msg}, corev1.EventTypeWarning)
 		return
 	}
 	w.mu.Lock()
@@ -146,8 +145,7 @@ func (w *statusWriter) forgetPod(uid types.UID) {
 }
 
 func (w *statusWriter) scheduled(g *gangSpec) {
-	w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: ReasonScheduled, Message: "all members placed"},
-		schedulingv1alpha1.PodGroupScheduled, corev1.EventTypeNormal)
+	w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: ReasonScheduled, Message: "all members placed"}, corev1.EventTypeNormal)
 }
 
 // ReasonPreempted is the event reason of a job-level preemption.
@@ -160,4 +158,8 @@ func (w *statusWriter) preempted(g *gangSpec, msg string) {
 	ref := &corev1.ObjectReference{APIVersion: schedulingv1alpha1.GroupVersion.String(), Kind: "PodGroup",
 		Namespace: g.podGroup.Namespace, Name: g.podGroup.Name, UID: g.podGroup.UID}
 	w.recorder.Eventf(ref, nil, corev1.EventTypeNormal, ReasonPreempted, "Preempting", "%s", msg)
+}
+
+func (w *statusWriter) bindFailed(g *gangSpec, msg string) {
+	w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: ReasonBindFailed, Message: msg}, corev1.EventTypeWarning)
 }
