@@ -142,7 +142,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 			}
 		}
 		if _, err := p.src.podGroupInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    activate,
+			AddFunc: activate,
 			UpdateFunc: func(oldObj, obj any) {
 				o, err1 := meta.Accessor(oldObj)
 				n, err2 := meta.Accessor(obj)
