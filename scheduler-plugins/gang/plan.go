@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -146,8 +147,9 @@ const maxDomainRetries = 4
 // the first is moved out of that domain and tried again.
 //
 // adj simulates evictions (nil: the cluster as it is); probes bound each
-// shape by the Filter plugins.
-func (p *Plugin) place(ctx context.Context, g *gangSpec, shapes []*shape, placed map[string]int, nodes []fwk.NodeInfo, tree *topology.Tree, adj *adjustment, probes map[string]*filterProbe) (*placement, error) {
+// shape by the Filter plugins; blocked nodes hold room nominated to gangs
+// of higher priority and take no member.
+func (p *Plugin) place(ctx context.Context, g *gangSpec, shapes []*shape, placed map[string]int, nodes []fwk.NodeInfo, tree *topology.Tree, adj *adjustment, probes map[string]*filterProbe, blocked sets.Set[string]) (*placement, error) {
 	byName := make(map[string]fwk.NodeInfo, len(nodes))
 	for _, ni := range nodes {
 		byName[ni.Node().Name] = ni
@@ -161,6 +163,9 @@ func (p *Plugin) place(ctx context.Context, g *gangSpec, shapes []*shape, placed
 			capacity, shortfall, err := p.capacity.capacities(ctx, s.pod, s.pending, nodes, cur, probes[s.key])
 			if err != nil {
 				return nil, err
+			}
+			for n := range blocked {
+				capacity[n] = 0
 			}
 			rules := g.rules
 			if i == 0 {
@@ -242,7 +247,7 @@ func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, 
 		p.failures[g.key] = failure{msg: err.Error(), final: true}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	res, err := p.place(ctx, g, shapes, placed, nodes, tree, nil, p.probesFor(ctx, shapes))
+	res, err := p.place(ctx, g, shapes, placed, nodes, tree, nil, p.probesFor(ctx, shapes), p.reservedNodes(corev1helpers.PodPriority(pod), g.key))
 	if err != nil {
 		msg := fmt.Sprintf("gang %s: %v", g.key, err)
 		var tf *topology.Failure

@@ -66,6 +66,8 @@ type Plugin struct {
 	waitGen map[types.UID]uint64
 	// allowed holds members let go by Permit until they are bound.
 	allowed map[types.UID]string
+	// rebuild restores nominations once after a start.
+	rebuild sync.Once
 }
 
 var (

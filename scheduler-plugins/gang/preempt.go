@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	resourcehelper "k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -36,7 +37,10 @@ const nominationTTL = 5 * time.Minute
 
 // nomination is a preemption in flight for one gang.
 type nomination struct {
-	victims  map[types.UID]types.NamespacedName
+	victims map[types.UID]types.NamespacedName
+	// claims are the victims' allocated claims: the room is not free
+	// until they are deallocated.
+	claims   map[types.NamespacedName]bool
 	nodes    map[string]int
 	priority int32
 	at       time.Time
@@ -79,8 +83,9 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	probes := p.probesFor(ctx, shapes)
+	blocked := p.reservedNodes(prio, g.key)
 	place := func(set []int) (*placement, error) {
-		return p.place(ctx, g, shapes, placed, nodes, tree, p.adjustFor(units, set, base), probes)
+		return p.place(ctx, g, shapes, placed, nodes, tree, p.adjustFor(units, set, base), probes, blocked)
 	}
 	plain := make([]preemption.Unit, len(units))
 	for i, u := range units {
@@ -116,25 +121,43 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 	}
 	cost := preemption.CostOf(plain, set)
 	logger.V(1).Info("Preempting for gang", "gang", g.key, "victims", cost.String(), "where", plan.domain)
-	nom := &nomination{victims: map[types.UID]types.NamespacedName{}, nodes: plan.nodes(), priority: prio, at: time.Now()}
+	nom := &nomination{victims: map[types.UID]types.NamespacedName{}, claims: map[types.NamespacedName]bool{}, nodes: plan.nodes(), priority: prio, at: time.Now()}
 	var names []string
+	var victims []*corev1.Pod
 	for _, i := range set {
 		names = append(names, units[i].ID)
 		for _, v := range units[i].pods {
 			nom.victims[v.UID] = types.NamespacedName{Namespace: v.Namespace, Name: v.Name}
+			for _, c := range p.claimsOf(v) {
+				if c.Status.Allocation != nil {
+					nom.claims[types.NamespacedName{Namespace: c.Namespace, Name: c.Name}] = true
+				}
+			}
+			// A victim still waiting in Permit holds room only in the
+			// scheduler: rejecting it frees the room, and the pod, never
+			// bound, goes back to the queue instead of being deleted.
+			if wp := p.handle.GetWaitingPod(v.UID); wp != nil {
+				wp.Reject(Name, fmt.Sprintf("preempted to make room for gang %s", g.key))
+				continue
+			}
+			victims = append(victims, v)
 		}
 	}
 	p.mu.Lock()
 	p.nominations[g.key] = nom
 	p.mu.Unlock()
-	for _, i := range set {
-		for _, v := range units[i].pods {
+	mine, others := p.assignNominations(g, plan.byShape, pod)
+	// The API writes do not hold up the scheduling loop: the nomination
+	// above already keeps other pods off the room.
+	go func() {
+		ctx := context.WithoutCancel(ctx)
+		for _, v := range victims {
 			if err := p.evict(ctx, v, g.key); err != nil {
-				return nil, fwk.AsStatus(err)
+				logger.Error(err, "Cannot evict for gang", "gang", g.key, "victim", klog.KObj(v))
 			}
 		}
-	}
-	mine := p.nominateMembers(ctx, g, plan.byShape, pod)
+		p.nominate(ctx, others)
+	}()
 	p.status.preempted(g, fmt.Sprintf("evicting %s: %s", cost.String(), strings.Join(names, ", ")))
 	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: mine, NominatingMode: fwk.ModeOverride}}, fwk.NewStatus(fwk.Success)
 }
@@ -157,7 +180,16 @@ func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) stri
 		}
 	}
 	if left > 0 {
-		return fmt.Sprintf("gang %s: waiting for %d pods evicted for it to terminate", g.key, left)
+		return fmt.Sprintf("gang %s: waiting for %s evicted for it to terminate", g.key, plural(left, "pod"))
+	}
+	held := 0
+	for name := range nom.claims {
+		if c, err := p.handle.SharedDRAManager().ResourceClaims().Get(name.Namespace, name.Name); err == nil && c.Status.Allocation != nil && onlyReservedFor(c, nom.victims) {
+			held++
+		}
+	}
+	if held > 0 {
+		return fmt.Sprintf("gang %s: waiting for %s of evicted pods to be deallocated", g.key, plural(held, "ResourceClaim"))
 	}
 	if nom.spent {
 		if time.Since(nom.at) < nominationTTL {
@@ -391,10 +423,10 @@ func (p *Plugin) evict(ctx context.Context, v *corev1.Pod, gang string) error {
 	return nil
 }
 
-// nominateMembers writes status.nominatedNodeName on every pending member
-// (per shape, members in name order onto that shape's nodes in name
-// order), and returns the preemptor's.
-func (p *Plugin) nominateMembers(ctx context.Context, g *gangSpec, byShape map[string]map[string]int, preemptor *corev1.Pod) string {
+// assignNominations gives every pending member a node of its shape's
+// plan (members in name order onto nodes in name order): the preemptor's
+// node, and the others' to write.
+func (p *Plugin) assignNominations(g *gangSpec, byShape map[string]map[string]int, preemptor *corev1.Pod) (string, map[*corev1.Pod]string) {
 	slots := map[string][]string{}
 	for shape, nodes := range byShape {
 		for _, n := range sortedNodes(nodes) {
@@ -410,7 +442,7 @@ func (p *Plugin) nominateMembers(ctx context.Context, g *gangSpec, byShape map[s
 		}
 	}
 	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
-	mine := ""
+	mine, others := "", map[*corev1.Pod]string{}
 	for _, m := range members {
 		shape := shapeKey(m)
 		if len(slots[shape]) == 0 {
@@ -419,20 +451,99 @@ func (p *Plugin) nominateMembers(ctx context.Context, g *gangSpec, byShape map[s
 		node := slots[shape][0]
 		slots[shape] = slots[shape][1:]
 		if m.UID == preemptor.UID {
-			mine = node
-			continue // the scheduler writes the preemptor's own nomination
+			mine = node // the scheduler writes the preemptor's own nomination
+		} else {
+			others[m] = node
 		}
+	}
+	return mine, others
+}
+
+// nominate writes status.nominatedNodeName on members.
+func (p *Plugin) nominate(ctx context.Context, nodes map[*corev1.Pod]string) {
+	for m, node := range nodes {
 		patch := []byte(fmt.Sprintf(`{"status":{"nominatedNodeName":%q}}`, node))
 		if _, err := p.handle.ClientSet().CoreV1().Pods(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 			klog.FromContext(ctx).V(2).Info("Cannot nominate gang member", "pod", klog.KObj(m), "err", err)
 		}
 	}
-	return mine
+}
+
+// onlyReservedFor reports whether a claim is still held by nothing but
+// victims (a claim that a new consumer took is not waited for).
+func onlyReservedFor(c *resourceapi.ResourceClaim, victims map[types.UID]types.NamespacedName) bool {
+	for _, r := range c.Status.ReservedFor {
+		if _, ok := victims[r.UID]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// reservedNodes lists the nodes whose freed room is nominated to gangs of
+// higher priority than prio (other than gang): a plan must not count it.
+func (p *Plugin) reservedNodes(prio int32, gang string) sets.Set[string] {
+	p.rebuildNominations()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := sets.New[string]()
+	for key, nom := range p.nominations {
+		if key == gang || nom.priority <= prio || time.Since(nom.at) > nominationTTL {
+			continue
+		}
+		for n, c := range nom.nodes {
+			if c > 0 {
+				out.Insert(n)
+			}
+		}
+	}
+	return out
+}
+
+// rebuildNominations restores, once, the preemptions in flight when the
+// scheduler (re)started: a gang's room from its members'
+// status.nominatedNodeName, its victims from the terminating pods whose
+// DisruptionTarget condition names the gang.
+func (p *Plugin) rebuildNominations() {
+	p.rebuild.Do(func() {
+		pods, err := p.pods.List(labels.Everything())
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, pod := range pods {
+			if key := gangKeyOf(pod); key != "" && pod.Spec.NodeName == "" && pod.Status.NominatedNodeName != "" {
+				nom := p.nominations[key]
+				if nom == nil {
+					nom = &nomination{victims: map[types.UID]types.NamespacedName{}, claims: map[types.NamespacedName]bool{}, nodes: map[string]int{}, priority: corev1helpers.PodPriority(pod), at: time.Now()}
+					p.nominations[key] = nom
+				}
+				nom.nodes[pod.Status.NominatedNodeName]++
+			}
+		}
+		for _, pod := range pods {
+			if pod.DeletionTimestamp == nil {
+				continue
+			}
+			for _, c := range pod.Status.Conditions {
+				if c.Type != corev1.DisruptionTarget || c.Reason != corev1.PodReasonPreemptionByScheduler {
+					continue
+				}
+				if gang, ok := strings.CutPrefix(c.Message, Name+": preempted to make room for gang "); ok {
+					if nom := p.nominations[gang]; nom != nil {
+						nom.victims[pod.UID] = types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+					}
+				}
+			}
+		}
+	})
 }
 
 // reservedFor tells whether a node holds room nominated to a gang of
 // higher priority than prio, and which gang.
 func (p *Plugin) reservedFor(node string, prio int32, gang string) string {
+	p.rebuildNominations()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for key, nom := range p.nominations {
@@ -456,6 +567,7 @@ func (p *Plugin) clearNomination(key string) {
 
 // hasNominations reports whether any gang holds reserved room.
 func (p *Plugin) hasNominations() bool {
+	p.rebuildNominations()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.nominations) > 0

@@ -7,6 +7,7 @@ package preemption
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -91,6 +92,7 @@ type Feasible func(evict []int) (bool, error)
 // It asks the oracle O(log n + k) times for k victims. ok is false when
 // even evicting every unit does not make room.
 func Choose(units []Unit, feasible Feasible) (set []int, ok bool, err error) {
+	feasible = memoized(feasible)
 	if ok, err := feasible(nil); err != nil || ok {
 		return nil, ok, err
 	}
@@ -328,4 +330,24 @@ func Exhaustive(units []Unit, feasible Feasible) (best []int, ok bool, err error
 		}
 	}
 	return best, ok, nil
+}
+
+// memoized asks feasible once per distinct set of units: priority levels
+// with no unit of their own, and reprieve steps that end where an earlier
+// search was, repeat a simulation that costs a plan over every node.
+func memoized(feasible Feasible) Feasible {
+	seen := map[string]bool{}
+	return func(set []int) (bool, error) {
+		s := slices.Clone(set)
+		slices.Sort(s)
+		key := fmt.Sprint(s)
+		if ok, hit := seen[key]; hit {
+			return ok, nil
+		}
+		ok, err := feasible(set)
+		if err == nil {
+			seen[key] = ok
+		}
+		return ok, err
+	}
 }

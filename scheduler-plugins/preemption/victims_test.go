@@ -3,6 +3,7 @@ package preemption
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -106,4 +107,25 @@ func TestChooseAgainstExhaustive(t *testing.T) {
 		}
 	}
 	t.Logf("Choose matched the exhaustive optimum in %d of %d cases; over all of them %d extra jobs, %d extra PDB violations, %d cases with a higher victim priority", cases-worse, cases, extraJobs, extraPDB, higherPrio)
+}
+
+// TestChooseAsksEachSetOnce: priority levels without units of their own
+// lead to the same candidate sets; each is simulated once.
+func TestChooseAsksEachSetOnce(t *testing.T) {
+	units := []Unit{{ID: "a", Priority: 1, Pods: 1}, {ID: "b", Priority: 5, Pods: 1}, {ID: "c", Priority: 9, Pods: 1}}
+	asked := map[string]int{}
+	set, ok, err := Choose(units, func(set []int) (bool, error) {
+		s := slices.Clone(set)
+		slices.Sort(s)
+		asked[fmt.Sprint(s)]++
+		return len(set) >= 2, nil
+	})
+	if err != nil || !ok || len(set) != 2 {
+		t.Fatalf("Choose = %v, %v, %v; want two units", set, ok, err)
+	}
+	for k, n := range asked {
+		if n > 1 {
+			t.Errorf("set %s simulated %d times", k, n)
+		}
+	}
 }

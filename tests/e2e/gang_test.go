@@ -265,7 +265,11 @@ func TestGangsRacingForOneBlock(t *testing.T) {
 		}
 		return false, nil
 	})
-	time.Sleep(2 * time.Second)
+	// The loser's condition says the scheduler tried it after the winner
+	// took the block.
+	e.waitPodGroup(loser, "losing gang explained", 30*time.Second, func(_ *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
+		return c != nil && c.Reason == gang.ReasonUnschedulable
+	})
 	if n := boundCount(e.gangPods(loser)); n != 0 {
 		t.Fatalf("losing gang %s has %d pods bound; it must wait whole", loser, n)
 	}
@@ -284,7 +288,7 @@ func TestGangGroupBindsOnlyWhenAllGangsFit(t *testing.T) {
 	group := map[string]string{"scheduling.strata.sh/groups": `["default/ps", "default/workers"]`}
 	e.gang("ps", 2, 2, 0, group)
 	e.gang("workers", 3, 3, 8, group) // three 8-GPU workers, two nodes free
-	time.Sleep(5 * time.Second)
+	e.waitGangMessage("workers", "3 pods do not fit in the cluster: 2 of 3 pods fit", 30*time.Second)
 	if n := boundCount(e.gangPods("ps")) + boundCount(e.gangPods("workers")); n != 0 {
 		t.Fatalf("%d pods of the group bound although the workers do not fit", n)
 	}

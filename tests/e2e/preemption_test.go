@@ -137,8 +137,8 @@ func TestPreemptionEvictsNothingWhenHopeless(t *testing.T) {
 	e.lowPod("low-a", "cpu-0", "6")
 	e.lowPod("low-b", "cpu-1", "6")
 	e.hpGang("too-big", 3, "10", 0, nil) // three 10-CPU workers, two 16-CPU nodes
+	// Written by the attempt that decided: nothing of it can follow.
 	e.waitGangMessage("too-big", "would not make room either, so nothing was evicted", 30*time.Second)
-	time.Sleep(2 * time.Second)
 	if left := e.survivors("low-a", "low-b"); len(left) != 2 {
 		t.Errorf("pods evicted for a gang that cannot fit: left %v", left)
 	}
@@ -360,8 +360,9 @@ func TestUnusableRoomClearsNominations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The message is written by the attempt that decided to evict
+	// nothing more: after it, no eviction of that attempt can follow.
 	e.waitGangMessage("hp", "the room an earlier preemption made could not be used", 60*time.Second)
-	time.Sleep(2 * time.Second)
 	survivors := e.survivors(lows...)
 	if len(survivors) != 1 {
 		t.Errorf("low-priority pods left %v, want exactly the one the first round spared", survivors)
@@ -374,5 +375,53 @@ func TestUnusableRoomClearsNominations(t *testing.T) {
 		if p.Spec.NodeName != "" || p.Status.NominatedNodeName != "" {
 			t.Errorf("hp-%d: node %q, nominated %q; want neither", i, p.Spec.NodeName, p.Status.NominatedNodeName)
 		}
+	}
+}
+
+// TestNominatedGPUsAreNotStolen: the DRA case of the test above. The
+// victims hold the node's GPUs; while they terminate, a lower-priority
+// pod asking for GPUs arrives. kube-scheduler counts a nominated pod's
+// CPU and memory for lower-priority pods, but not its claims: Strata keeps
+// the intruder off the nominated node, and the gang gets all 8 GPUs.
+func TestNominatedGPUsAreNotStolen(t *testing.T) {
+	e := startCluster(t, oneH100Node)
+	e.priorityClasses()
+	const finalizer = "test.strata.sh/hold"
+	holders := []string{"gpu-holder-0", "gpu-holder-1"}
+	for _, name := range holders {
+		e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 4).Template("default", name))
+		e.lowPod(name, "h100-0", "1", func(p *corev1.Pod) {
+			p.Finalizers = []string{finalizer}
+			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(name)}}
+			p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+		})
+	}
+	e.hpGang("hp", 2, "2", 4, nil)
+	e.eventually(30*time.Second, "members nominated", func(ctx context.Context) (bool, error) {
+		for i := 0; i < 2; i++ {
+			p, err := e.client.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("hp-%d", i), metav1.GetOptions{})
+			if err != nil || p.Status.NominatedNodeName != "h100-0" {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 4).Template("default", "intruder"))
+	intruder := testutil.MakePod("intruder").ClaimTemplate("gpus", "intruder").Obj()
+	intruder.Spec.PriorityClassName = "low-priority"
+	e.createPod(intruder)
+	for _, name := range holders {
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := e.client.CoreV1().Pods("default").Patch(e.ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range e.waitGangRunning("hp", 2) {
+		if n := len(e.claimResults(&p, "gpus")); n != 4 {
+			t.Errorf("%s holds %d GPUs, want 4", p.Name, n)
+		}
+	}
+	if p, err := e.client.CoreV1().Pods("default").Get(e.ctx, "intruder", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Errorf("intruder bound to %q (err %v); the GPUs were freed for the gang", p.Spec.NodeName, err)
 	}
 }
