@@ -19,7 +19,11 @@ DEMO_DIR := deployments/examples/demo
 # on a small machine. The end-to-end suite lives in tests/.
 ALL_PKGS  = $(shell $(GO) list ./... | grep -v '/tests/')
 HEAVY_PKGS = $(shell $(GO) list -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}' ./... | grep -v '/tests/' | awk '/ k8s.io\/kubernetes\// {print $$1}')
-RACE_PKGS = $(filter-out $(HEAVY_PKGS),$(ALL_PKGS))
+# The gang plugin links the scheduler framework but not the API server,
+# and its concurrency (Permit rounds, timeout timers, informer handlers)
+# is worth the race build.
+RACE_HEAVY = github.com/strata-sh/strata/scheduler-plugins/gang
+RACE_PKGS = $(filter-out $(HEAVY_PKGS),$(ALL_PKGS)) $(RACE_HEAVY)
 
 .PHONY: all build demo test unit e2e generate verify bench clean
 
@@ -37,7 +41,7 @@ test: unit e2e
 
 unit:
 	$(GO) test -race -count=1 $(RACE_PKGS)
-	$(GO) test -count=1 $(HEAVY_PKGS)
+	$(GO) test -count=1 $(filter-out $(RACE_HEAVY),$(HEAVY_PKGS))
 
 e2e:
 	$(GO) test -count=1 -timeout 30m ./tests/...
