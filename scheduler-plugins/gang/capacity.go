@@ -652,6 +652,17 @@ func (e *capacityEstimator) nodeClasses(slices []*resourceapi.ResourceSlice, all
 		sum          [32]byte
 	}
 	perNode := map[string][]part{}
+	if len(e.sliceHashes) > 2*len(slices)+64 {
+		// Slices come and go with nodes and drivers: keep only the live
+		// ones' hashes.
+		live := make(map[types.UID]sliceHash, len(slices))
+		for _, s := range slices {
+			if h, ok := e.sliceHashes[s.UID]; ok {
+				live[s.UID] = h
+			}
+		}
+		e.sliceHashes = live
+	}
 	for _, s := range slices {
 		if s.Spec.NodeName == nil {
 			continue

@@ -126,6 +126,18 @@ func (p *Plugin) forgetPod(uid types.UID) {
 	p.mu.Unlock()
 }
 
+// forgetGang drops what the plugin keeps about a gang whose last pod is
+// gone.
+func (p *Plugin) forgetGang(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.plans, key)
+	delete(p.failures, key)
+	delete(p.satisfied, key)
+	delete(p.nominations, key)
+	delete(p.gen, key)
+}
+
 // Unreserve implements fwk.ReservePlugin: a member failing before its
 // group was let go (rejected in Permit, timed out) releases the whole
 // group; one failing after (PreBind, Bind) is reported and retried alone.

@@ -214,3 +214,25 @@ func TestPermitTimeoutReleasesOnlyItsRound(t *testing.T) {
 		t.Errorf("a timer fired after the gang was let go rejected an allowed member: %q", r)
 	}
 }
+
+// TestGangStateGoesWithItsPods: once a gang's last pod is gone, nothing
+// of it is kept.
+func TestGangStateGoesWithItsPods(t *testing.T) {
+	pods := annotatedGang("job", 2, "1h")
+	p, h := newTestPlugin(t, pods)
+	permit(t, p, h, pods[0])
+	permit(t, p, h, pods[1])
+	p.failures["default/job"] = failure{msg: "old"}
+	p.nominations["default/job"] = &nomination{}
+	for _, m := range pods {
+		if err := p.podIndex.Delete(m); err != nil {
+			t.Fatal(err)
+		}
+		p.forgetPod(m.UID)
+	}
+	p.forgetGang("default/job")
+	if len(p.plans)+len(p.failures)+len(p.satisfied)+len(p.nominations)+len(p.gen)+len(p.allowed)+len(p.waitGen) != 0 {
+		t.Errorf("state left: plans %v failures %v satisfied %v nominations %v gen %v allowed %v waitGen %v",
+			p.plans, p.failures, p.satisfied, p.nominations, p.gen, p.allowed, p.waitGen)
+	}
+}

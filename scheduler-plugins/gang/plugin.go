@@ -172,6 +172,11 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 			if pod, ok := obj.(*corev1.Pod); ok {
 				p.status.forgetPod(pod.UID)
 				p.forgetPod(pod.UID)
+				if key := gangKeyOf(pod); key != "" {
+					if objs, _ := p.podIndex.ByIndex(gangIndex, key); len(objs) == 0 {
+						p.forgetGang(key)
+					}
+				}
 			}
 		},
 	}); err != nil {
@@ -261,6 +266,11 @@ func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
 	g := p.gangOf(pod)
 	if g == nil || g.upstream {
 		return nil
+	}
+	if g.err == nil {
+		if _, from, ok := annotation(pod.Annotations, KeyNetworkTopologyIndex); ok {
+			g.err = fmt.Errorf("pod %s: annotation %s: placing members in rank order is not supported; remove it (members are placed by the gang's network-topology-spec)", pod.Name, from)
+		}
 	}
 	if g.err != nil {
 		p.status.waiting(g, pod, ReasonInvalidGang, g.err.Error())
@@ -378,7 +388,15 @@ func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *corev1.P
 	if g == nil || g.upstream {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	p.releaseGroup(g, fmt.Sprintf("member %s could not be placed", pod.Name))
+	if g.nonStrict {
+		// Koordinator's NonStrict mode: the members waiting in Permit
+		// keep waiting (until their timeout); only the plan is redone.
+		p.mu.Lock()
+		delete(p.plans, g.key)
+		p.mu.Unlock()
+	} else {
+		p.releaseGroup(g, fmt.Sprintf("member %s could not be placed", pod.Name))
+	}
 	if g.err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, g.err.Error())
 	}

@@ -41,6 +41,22 @@ const (
 	KeyMinAvailable = "min-available"
 	// KeyWaitingTime overrides scheduleTimeoutSeconds ("30s", "5m").
 	KeyWaitingTime = "waiting-time"
+	// KeyMode is Koordinator's gang mode: Strict (default) releases every
+	// waiting member when one member cannot be placed; NonStrict keeps
+	// them waiting until their timeout.
+	KeyMode = "mode"
+	// KeyTotalNumber is the number of members the job will create
+	// (Koordinator); it must be at least minMember.
+	KeyTotalNumber = "total-number"
+	// KeyNetworkTopologyIndex is Koordinator's rank of a member along
+	// the network topology; Strata refuses it rather than ignore it.
+	KeyNetworkTopologyIndex = "network-topology-index"
+)
+
+// Gang modes.
+const (
+	ModeStrict    = "Strict"
+	ModeNonStrict = "NonStrict"
 )
 
 // Match policies.
@@ -114,7 +130,10 @@ type gangSpec struct {
 	// sorted.
 	group       []string
 	matchPolicy string
-	created     metav1.Time
+	// nonStrict keeps waiting members waiting when another member cannot
+	// be placed.
+	nonStrict bool
+	created   metav1.Time
 	// podGroup is the PodGroup object, nil for a gang defined on pods or
 	// by the upstream workload API.
 	podGroup *schedulingv1alpha1.PodGroup
@@ -208,6 +227,25 @@ func (g *gangSpec) fill(namespace string, ann map[string]string) {
 			g.timeout = d
 		}
 	}
+	if v, from, ok := annotation(ann, KeyMode); ok {
+		switch v {
+		case ModeStrict:
+		case ModeNonStrict:
+			g.nonStrict = true
+		default:
+			g.fail(fmt.Errorf("annotation %s: %q is neither %s nor %s", from, v, ModeStrict, ModeNonStrict))
+		}
+	}
+	if v, from, ok := annotation(ann, KeyTotalNumber); ok {
+		if n, err := strconv.Atoi(v); err != nil || n < 1 {
+			g.fail(fmt.Errorf("annotation %s: %q is not a positive integer", from, v))
+		} else if n < g.minMember {
+			g.fail(fmt.Errorf("annotation %s: %d is less than the gang's minimum of %d members", from, n, g.minMember))
+		}
+	}
+	if _, from, ok := annotation(ann, KeyNetworkTopologyIndex); ok {
+		g.fail(fmt.Errorf("annotation %s: placing members in rank order is not supported; remove it (members are placed by the gang's network-topology-spec)", from))
+	}
 	g.group = []string{g.key}
 	if v, from, ok := annotation(ann, KeyGroups); ok && strings.TrimSpace(v) != "" {
 		var members []string
@@ -229,6 +267,13 @@ func (g *gangSpec) fill(namespace string, ann map[string]string) {
 		}
 	}
 	sortStrings(g.group)
+}
+
+// fail records the first error in the gang's spec.
+func (g *gangSpec) fail(err error) {
+	if g.err == nil {
+		g.err = err
+	}
 }
 
 // specFromUpstream reads a gang from an upstream PodGroup

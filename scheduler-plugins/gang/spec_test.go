@@ -134,3 +134,23 @@ func TestSpecFromUpstreamComposite(t *testing.T) {
 		t.Errorf("victim key %q, want the job composite (disruptionMode All)", g.victimKey)
 	}
 }
+
+// TestKoordinatorModeAndTotalNumber: mode and total-number are honoured
+// or refused with the annotation named, never ignored.
+func TestKoordinatorModeAndTotalNumber(t *testing.T) {
+	g := specFromPodGroup(podGroup(map[string]string{"gang.scheduling.koordinator.sh/mode": "NonStrict", "gang.scheduling.koordinator.sh/total-number": "10"}))
+	if g.err != nil || !g.nonStrict {
+		t.Errorf("NonStrict gang: err %v, nonStrict %v", g.err, g.nonStrict)
+	}
+	for ann, want := range map[string]string{
+		"gang.scheduling.koordinator.sh/mode":                   `annotation gang.scheduling.koordinator.sh/mode: "Lenient" is neither Strict nor NonStrict`,
+		"gang.scheduling.koordinator.sh/total-number":           "annotation gang.scheduling.koordinator.sh/total-number: 4 is less than the gang's minimum of 8 members",
+		"gang.scheduling.koordinator.sh/network-topology-index": "annotation gang.scheduling.koordinator.sh/network-topology-index: placing members in rank order is not supported",
+	} {
+		value := map[string]string{"gang.scheduling.koordinator.sh/mode": "Lenient", "gang.scheduling.koordinator.sh/total-number": "4"}[ann]
+		g := specFromPodGroup(podGroup(map[string]string{ann: value}))
+		if g.err == nil || !strings.Contains(g.err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", ann, g.err, want)
+		}
+	}
+}
