@@ -20,10 +20,12 @@ import (
 
 const gangIndex = "strata.sh/gang"
 
-// gangOf returns a pod's gang, or nil.
+// gangOf returns a pod's gang, or nil (also for a member scheduled by a
+// profile without gang scheduling; upstream groups are the in-tree
+// plugin's in every profile).
 func (p *Plugin) gangOf(pod *corev1.Pod) *gangSpec {
 	key := gangKeyOf(pod)
-	if key == "" {
+	if key == "" || (pod.Spec.SchedulingGroup == nil && !p.inGangProfile(pod)) {
 		return nil
 	}
 	return p.specByKey(key, pod)

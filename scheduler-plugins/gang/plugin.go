@@ -68,6 +68,8 @@ type Plugin struct {
 	allowed map[types.UID]string
 	// rebuild restores nominations once after a start.
 	rebuild sync.Once
+	// profiles tells which profiles schedule gangs.
+	profiles profiles
 }
 
 var (
@@ -95,6 +97,7 @@ var cores sync.Map // informers.SharedInformerFactory -> *Plugin
 // profile of the same scheduler.
 func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	if existing, ok := cores.Load(h.SharedInformerFactory()); ok {
+		existing.(*Plugin).profiles.add(h)
 		return existing.(*Plugin), nil
 	}
 	dyn, err := dynamic.NewForConfig(h.KubeConfig())
@@ -182,6 +185,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	}); err != nil {
 		return nil, err
 	}
+	p.profiles.add(h)
 	cores.Store(h.SharedInformerFactory(), p)
 	go func() {
 		<-ctx.Done()
@@ -364,10 +368,11 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *corev1.Pod
 	}
 	p.mu.Unlock()
 	if pl == nil {
-		// Upstream groups have no plan (the pod-group cycle places them);
-		// looking the gang up only here keeps Filter, which runs per node,
-		// free of spec lookups.
-		if p.gangOf(pod).upstream {
+		// Upstream groups have no plan (the pod-group cycle places them),
+		// nor do members in a profile without gang scheduling; looking the
+		// gang up only here keeps Filter, which runs per node, free of spec
+		// lookups.
+		if g := p.gangOf(pod); g == nil || g.upstream {
 			return nil
 		}
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s has no placement plan", key))

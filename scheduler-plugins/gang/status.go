@@ -125,16 +125,7 @@ func (w *statusWriter) waiting(g *gangSpec, pod *corev1.Pod, reason, msg string)
 		w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: reason, Message: msg}, corev1.EventTypeWarning)
 		return
 	}
-	w.mu.Lock()
-	if w.told[pod.UID] == msg {
-		w.mu.Unlock()
-		return
-	}
-	w.told[pod.UID] = msg
-	w.mu.Unlock()
-	if w.recorder != nil {
-		w.recorder.Eventf(pod, nil, corev1.EventTypeWarning, reason, "Scheduling", "%s", msg)
-	}
+	w.podEventType(pod, corev1.EventTypeWarning, reason, msg)
 }
 
 // forgetPod drops what was said to a pod.
@@ -162,4 +153,22 @@ func (w *statusWriter) preempted(g *gangSpec, msg string) {
 
 func (w *statusWriter) bindFailed(g *gangSpec, msg string) {
 	w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: ReasonBindFailed, Message: msg}, corev1.EventTypeWarning)
+}
+
+// podEvent tells a pod something once per message.
+func (w *statusWriter) podEvent(pod *corev1.Pod, reason, msg string) {
+	w.podEventType(pod, corev1.EventTypeNormal, reason, msg)
+}
+
+func (w *statusWriter) podEventType(pod *corev1.Pod, eventType, reason, msg string) {
+	w.mu.Lock()
+	if w.told[pod.UID] == msg {
+		w.mu.Unlock()
+		return
+	}
+	w.told[pod.UID] = msg
+	w.mu.Unlock()
+	if w.recorder != nil {
+		w.recorder.Eventf(pod, nil, eventType, reason, "Scheduling", "%s", msg)
+	}
 }

@@ -238,3 +238,22 @@ func TestGangTakesFewestSwitches(t *testing.T) {
 		t.Errorf("gang spans blocks %v, want only block big", blocks)
 	}
 }
+
+// TestGangMemberInAnotherProfileIsLeftAlone: a pod that names a gang but
+// not strata-scheduler goes to the default-scheduler profile, which does
+// not run gang scheduling: it is scheduled as a lone pod (its gang is
+// incomplete) and an event on it says so, rather than being planned as a
+// gang that nothing keeps together.
+func TestGangMemberInAnotherProfileIsLeftAlone(t *testing.T) {
+	e := startCluster(t, cpuNodes(1))
+	pg := &schedulingv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "default"},
+		Spec: schedulingv1alpha1.PodGroupSpec{MinMember: 3}}
+	if err := e.crClient().Create(e.ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	e.createPod(testutil.MakePod("elsewhere-0").Label(schedulingv1alpha1.PodGroupLabel, "elsewhere").Req("1", "1Gi").Obj())
+	e.waitRunning("default", "elsewhere-0")
+	if msg := e.waitEvent("default", "elsewhere-0", gang.ReasonNotGangScheduled); !strings.Contains(msg, "scheduled as a lone pod") {
+		t.Errorf("event %q does not say the pod is scheduled alone", msg)
+	}
+}
