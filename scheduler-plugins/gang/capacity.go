@@ -2,8 +2,6 @@ package gang
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"maps"
 	"slices"
@@ -129,11 +127,6 @@ func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, wan
 		if l.count > 0 && !pinned.Match(ni.Node()) {
 			l = limit{reason: "a claim of the member is allocated on other nodes"}
 		}
-		if probe != nil && l.count > 0 && (adj == nil || adj.freedPods[ni.Node().Name] <= 0) {
-			if pl := probe.limit(ctx, ni, l.count); pl.count < l.count {
-				l = pl
-			}
-		}
 		if d != nil && l.count > 0 {
 			n, err := d.forNode(ctx, ni.Node(), l.count)
 			if err != nil {
@@ -141,6 +134,13 @@ func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, wan
 			}
 			if n < l.count {
 				l = limit{count: n, reason: "DRA devices"}
+			}
+		}
+		// The Filter plugins last, on the fewest members: each member they
+		// pass costs a Filter run and a copy added to the node.
+		if probe != nil && l.count > 0 && (adj == nil || adj.freedPods[ni.Node().Name] <= 0) {
+			if pl := probe.limit(ctx, ni, l.count); pl.count < l.count {
+				l = pl
 			}
 		}
 		out[ni.Node().Name] = l.count
@@ -641,149 +641,6 @@ func (d *draCapacity) allocate(ctx context.Context, node *corev1.Node, k int) ([
 		return nil, fmt.Errorf("simulate allocation on %s: %w", node.Name, err)
 	}
 	return res, nil
-}
-
-// nodeClasses hashes, per node, the content of its slices (ignoring the
-// node name, pool name and device UUIDs) and the devices in use in its
-// pools: nodes with the same hash answer the same.
-func (e *capacityEstimator) nodeClasses(slices []*resourceapi.ResourceSlice, allocated *structured.AllocatedState) map[string][32]byte {
-	type part struct {
-		driver, pool string
-		sum          [32]byte
-	}
-	perNode := map[string][]part{}
-	if len(e.sliceHashes) > 2*len(slices)+64 {
-		// Slices come and go with nodes and drivers: keep only the live
-		// ones' hashes.
-		live := make(map[types.UID]sliceHash, len(slices))
-		for _, s := range slices {
-			if h, ok := e.sliceHashes[s.UID]; ok {
-				live[s.UID] = h
-			}
-		}
-		e.sliceHashes = live
-	}
-	for _, s := range slices {
-		if s.Spec.NodeName == nil {
-			continue
-		}
-		h, ok := e.sliceHashes[s.UID]
-		if !ok || h.resourceVersion != s.ResourceVersion {
-			h = sliceHash{resourceVersion: s.ResourceVersion, sum: hashSlice(s)}
-			e.sliceHashes[s.UID] = h
-		}
-		perNode[*s.Spec.NodeName] = append(perNode[*s.Spec.NodeName], part{s.Spec.Driver, s.Spec.Pool.Name, h.sum})
-	}
-	inUse := map[string][]string{} // driver/pool -> device names
-	for id := range allocated.AllocatedDevices {
-		k := id.Driver.String() + "/" + id.Pool.String()
-		inUse[k] = append(inUse[k], id.Device.String())
-	}
-	// Devices shared by several claims differ by how much of them is
-	// taken, not by which share ids hold them.
-	for id, consumed := range allocated.AggregatedCapacity {
-		k := id.Driver.String() + "/" + id.Pool.String()
-		var parts []string
-		for name, q := range consumed {
-			if q != nil {
-				parts = append(parts, string(name)+"="+q.String())
-			}
-		}
-		sort.Strings(parts)
-		inUse[k] = append(inUse[k], id.Device.String()+"{"+strings.Join(parts, ",")+"}")
-	}
-	out := make(map[string][32]byte, len(perNode))
-	for node, parts := range perNode {
-		sort.Slice(parts, func(i, j int) bool {
-			if parts[i].driver != parts[j].driver {
-				return parts[i].driver < parts[j].driver
-			}
-			return string(parts[i].sum[:]) < string(parts[j].sum[:])
-		})
-		h := sha256.New()
-		seenPool := map[string]bool{}
-		for _, p := range parts {
-			h.Write([]byte(p.driver))
-			h.Write(p.sum[:])
-			k := p.driver + "/" + p.pool
-			if !seenPool[k] {
-				seenPool[k] = true
-				used := inUse[k]
-				sort.Strings(used)
-				h.Write([]byte(strings.Join(used, ",")))
-			}
-		}
-		var sum [32]byte
-		copy(sum[:], h.Sum(nil))
-		out[node] = sum
-	}
-	return out
-}
-
-// hashSlice hashes what decides allocations on a slice, leaving out names
-// that differ between identical nodes.
-func hashSlice(s *resourceapi.ResourceSlice) [32]byte {
-	h := sha256.New()
-	var buf [8]byte
-	write := func(v string) { h.Write([]byte(v)); h.Write([]byte{0}) }
-	for _, cs := range s.Spec.SharedCounters {
-		write(cs.Name)
-		for _, name := range sortedKeys(cs.Counters) {
-			write(name)
-			v := cs.Counters[name].Value
-			write(v.String())
-		}
-	}
-	for _, d := range s.Spec.Devices {
-		write(d.Name)
-		for _, name := range sortedKeys(d.Attributes) {
-			if strings.Contains(strings.ToLower(string(name)), "uuid") {
-				continue
-			}
-			a := d.Attributes[name]
-			write(string(name))
-			switch {
-			case a.StringValue != nil:
-				write(*a.StringValue)
-			case a.IntValue != nil:
-				binary.LittleEndian.PutUint64(buf[:], uint64(*a.IntValue))
-				h.Write(buf[:])
-			case a.BoolValue != nil:
-				write(fmt.Sprint(*a.BoolValue))
-			case a.VersionValue != nil:
-				write(*a.VersionValue)
-			}
-		}
-		for _, name := range sortedKeys(d.Capacity) {
-			write(string(name))
-			v := d.Capacity[name].Value
-			write(v.String())
-		}
-		for _, c := range d.ConsumesCounters {
-			write(c.CounterSet)
-			for _, name := range sortedKeys(c.Counters) {
-				write(name)
-				v := c.Counters[name].Value
-				write(v.String())
-			}
-		}
-		for _, t := range d.Taints {
-			write(t.Key + "=" + t.Value + ":" + string(t.Effect))
-		}
-		write(fmt.Sprint(d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations))
-	}
-	var sum [32]byte
-	copy(sum[:], h.Sum(nil))
-	return sum
-}
-
-func sortedKeys[K ~string, V any](m map[K]V) []K {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
-	return keys
 }
 
 func sortStrings(s []string) { sort.Strings(s) }

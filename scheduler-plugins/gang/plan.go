@@ -29,6 +29,8 @@ type plan struct {
 	remaining map[string]map[string]int
 	assigned  map[types.UID]slot
 	where     string
+	// priority of the member that made the plan.
+	priority int32
 }
 
 // slot is the room a reserved member took.
@@ -238,35 +240,92 @@ func (p *Plugin) probesFor(ctx context.Context, shapes []*shape) map[string]*fil
 	return out
 }
 
-// computePlan places the gang's pending members.
+// computePlan places the gang's pending members. It runs without the
+// plugin's lock; what it records (the failure) it records under it.
 func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, nodes []fwk.NodeInfo) (*plan, *fwk.Status) {
 	logger := klog.FromContext(ctx)
+	gen := snapshotGeneration(nodes)
+	fail := func(msg string, final bool) (*plan, *fwk.Status) {
+		p.mu.Lock()
+		p.failures[g.key] = failure{msg: msg, final: final, gen: gen, at: time.Now()}
+		p.mu.Unlock()
+		if final {
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+		}
+		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
+	}
 	shapes, placed := p.gangShapes(g, pod)
 	tree, err := p.tree(nodes)
 	if err != nil {
-		p.failures[g.key] = failure{msg: err.Error(), final: true}
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+		return fail(err.Error(), true)
 	}
-	res, err := p.place(ctx, g, shapes, placed, nodes, tree, nil, p.probesFor(ctx, shapes), p.reservedNodes(corev1helpers.PodPriority(pod), g.key))
+	prio := corev1helpers.PodPriority(pod)
+	blocked := p.reservedNodes(prio, g.key).Union(p.plannedNodes(prio, g.key))
+	res, err := p.place(ctx, g, shapes, placed, nodes, tree, nil, p.probesFor(ctx, shapes), blocked)
 	if err != nil {
 		msg := fmt.Sprintf("gang %s: %v", g.key, err)
 		var tf *topology.Failure
 		var pf *placeFailure
-		if errors.As(err, &pf) && !errors.As(err, &tf) {
-			// A rule naming a missing layer: no retry, and no eviction,
-			// helps until the PodGroup or the topology changes.
-			p.failures[g.key] = failure{msg: msg, final: true}
-			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
-		}
-		p.failures[g.key] = failure{msg: msg}
-		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
+		// A rule naming a missing layer: no retry, and no eviction, helps
+		// until the PodGroup or the topology changes.
+		return fail(msg, errors.As(err, &pf) && !errors.As(err, &tf))
 	}
 	where := "the cluster"
 	if res.domain != "" {
 		where = res.layer + " " + res.domain
 	}
 	logger.V(2).Info("Gang placement planned", "gang", g.key, "shapes", len(shapes), "where", where, "nodes", len(res.nodes()))
-	return &plan{created: time.Now(), remaining: res.byShape, assigned: map[types.UID]slot{}, where: where}, nil
+	return &plan{created: time.Now(), remaining: res.byShape, assigned: map[types.UID]slot{}, where: where, priority: prio}, nil
+}
+
+// plannedNodes lists the nodes where live plans of other gangs of at least
+// prio still expect members: two gangs planned one after the other must
+// not both count the same room and then both time out half reserved.
+func (p *Plugin) plannedNodes(prio int32, gang string) sets.Set[string] {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := sets.New[string]()
+	for key, pl := range p.plans {
+		if key == gang || pl.priority < prio || time.Since(pl.created) > planTTL {
+			continue
+		}
+		for _, nodes := range pl.remaining {
+			for n, c := range nodes {
+				if c > 0 {
+					out.Insert(n)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// snapshotGeneration identifies the scheduler's snapshot: every change to
+// a node's pods or resources raises its generation past every other.
+func snapshotGeneration(nodes []fwk.NodeInfo) int64 {
+	var g int64
+	for _, ni := range nodes {
+		g = max(g, ni.GetGeneration())
+	}
+	return g
+}
+
+// failFastWindow is how long a gang's failed plan answers its other
+// members while the snapshot is unchanged: a gang of hundreds that cannot
+// fit fails once per round, not once per member, and does not hold the
+// scheduler from the work that can fit.
+const failFastWindow = 5 * time.Second
+
+// recentFailure returns the gang's failure if it was computed on the same
+// snapshot moments ago.
+func (p *Plugin) recentFailure(key string, nodes []fwk.NodeInfo) (failure, bool) {
+	p.mu.Lock()
+	f, ok := p.failures[key]
+	p.mu.Unlock()
+	if !ok || f.at.IsZero() || time.Since(f.at) > failFastWindow || f.gen != snapshotGeneration(nodes) {
+		return failure{}, false
+	}
+	return f, true
 }
 
 // tree builds the network tree of the candidate nodes from the

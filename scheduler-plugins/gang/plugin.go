@@ -330,6 +330,14 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 	}
 	p.mu.Unlock()
 	if room.Len() == 0 {
+		if f, ok := p.recentFailure(g.key, nodes); ok {
+			state.Write(failFastStateKey, failFast{})
+			code := fwk.Unschedulable
+			if f.final {
+				code = fwk.UnschedulableAndUnresolvable
+			}
+			return nil, fwk.NewStatus(code, f.msg)
+		}
 		var st *fwk.Status
 		if pl, st = p.computePlan(ctx, pod, g, nodes); !st.IsSuccess() {
 			return nil, st
@@ -341,6 +349,14 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 	}
 	return &fwk.PreFilterResult{NodeNames: room}, nil
 }
+
+// failFastStateKey marks a cycle whose PreFilter answered with the gang's
+// recent failure.
+const failFastStateKey fwk.StateKey = Name + "/fail-fast"
+
+type failFast struct{}
+
+func (failFast) Clone() fwk.StateData { return failFast{} }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin.
 func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
@@ -388,10 +404,20 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *corev1.Pod
 // as a whole if that makes room for all its members (job-level
 // preemption); otherwise nothing is evicted. Pods that are not in a gang
 // are left to the default preemption.
-func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	g := p.gangOf(pod)
 	if g == nil || g.upstream {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	if _, err := state.Read(failFastStateKey); err == nil {
+		// The gang's plan failed moments ago on this very snapshot, and
+		// that attempt already decided about preemption.
+		p.mu.Lock()
+		out := p.failures[g.key].outcome
+		p.mu.Unlock()
+		if out != nil {
+			return nil, out
+		}
 	}
 	if g.nonStrict {
 		// Koordinator's NonStrict mode: the members waiting in Permit
@@ -408,6 +434,14 @@ func (p *Plugin) PostFilter(ctx context.Context, _ fwk.CycleState, pod *corev1.P
 	// UnschedulableAndUnresolvable from preempt also keeps the scheduler's
 	// pod-by-pod preemption from evicting for a single member.
 	res, st := p.preempt(ctx, pod, g)
+	if !st.IsSuccess() {
+		p.mu.Lock()
+		if f, ok := p.failures[g.key]; ok {
+			f.outcome = st
+			p.failures[g.key] = f
+		}
+		p.mu.Unlock()
+	}
 	if !st.IsSuccess() && !p.boundEnough(g) {
 		// One condition per attempt, written when the outcome is known,
 		// so the PodGroup says both why and whether eviction would help.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/util/workqueue"
 	resourcehelper "k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -149,15 +152,13 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 	mine, others := p.assignNominations(g, plan.byShape, pod)
 	// The API writes do not hold up the scheduling loop: the nomination
 	// above already keeps other pods off the room.
-	go func() {
-		ctx := context.WithoutCancel(ctx)
-		for _, v := range victims {
-			if err := p.evict(ctx, v, g.key); err != nil {
-				logger.Error(err, "Cannot evict for gang", "gang", g.key, "victim", klog.KObj(v))
-			}
+	writes := context.WithoutCancel(ctx)
+	go workqueue.ParallelizeUntil(writes, apiWriters, len(victims), func(i int) {
+		if err := p.evict(writes, victims[i], g.key); err != nil {
+			logger.Error(err, "Cannot evict for gang", "gang", g.key, "victim", klog.KObj(victims[i]))
 		}
-		p.nominate(ctx, others)
-	}()
+	})
+	go p.nominate(writes, others)
 	p.status.preempted(g, fmt.Sprintf("evicting %s: %s", cost.String(), strings.Join(names, ", ")))
 	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: mine, NominatingMode: fwk.ModeOverride}}, fwk.NewStatus(fwk.Success)
 }
@@ -459,14 +460,19 @@ func (p *Plugin) assignNominations(g *gangSpec, byShape map[string]map[string]in
 	return mine, others
 }
 
+// apiWriters bounds the concurrent API writes of one preemption.
+const apiWriters = 16
+
 // nominate writes status.nominatedNodeName on members.
 func (p *Plugin) nominate(ctx context.Context, nodes map[*corev1.Pod]string) {
-	for m, node := range nodes {
-		patch := []byte(fmt.Sprintf(`{"status":{"nominatedNodeName":%q}}`, node))
+	members := slices.Collect(maps.Keys(nodes))
+	workqueue.ParallelizeUntil(ctx, apiWriters, len(members), func(i int) {
+		m := members[i]
+		patch := []byte(fmt.Sprintf(`{"status":{"nominatedNodeName":%q}}`, nodes[m]))
 		if _, err := p.handle.ClientSet().CoreV1().Pods(m.Namespace).Patch(ctx, m.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 			klog.FromContext(ctx).V(2).Info("Cannot nominate gang member", "pod", klog.KObj(m), "err", err)
 		}
-	}
+	})
 }
 
 // onlyReservedFor reports whether a claim is still held by nothing but
@@ -578,6 +584,11 @@ func (p *Plugin) hasNominations() bool {
 type failure struct {
 	msg   string
 	final bool
+	// gen and at are the snapshot and time of the failed plan; outcome is
+	// what PostFilter answered for it, reused by members that fail fast.
+	gen     int64
+	at      time.Time
+	outcome *fwk.Status
 }
 
 // lastFailure returns why the gang's last plan failed.

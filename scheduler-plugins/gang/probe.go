@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -66,7 +67,12 @@ type filterProbe struct {
 	// keepLabels are label keys the member's constraints name, which
 	// therefore tell nodes apart.
 	keepLabels sets.Set[string]
-	memo       map[[32]byte]probeResult
+	// deep is set when members can turn each other away (pod affinity,
+	// spread, host ports, volumes): then copies are added one by one.
+	// Otherwise a node that passes one member passes any number, as far
+	// as the Filter plugins go (resources and devices are counted apart).
+	deep bool
+	memo map[[32]byte]probeResult
 }
 
 type probeResult struct {
@@ -95,7 +101,7 @@ func newFilterProbe(ctx context.Context, h fwk.Handle, member *corev1.Pod) *filt
 	pod.Spec.Resources = nil
 	state := framework.NewCycleState()
 	state.Write(probeStateKey, probeMarker{})
-	pr := &filterProbe{h: h, pod: pod, state: state, keepLabels: labelKeysNamed(pod), memo: map[[32]byte]probeResult{}}
+	pr := &filterProbe{h: h, pod: pod, state: state, keepLabels: labelKeysNamed(pod), deep: selfInteracting(pod), memo: map[[32]byte]probeResult{}}
 	res, st, _ := runner.RunPreFilterPlugins(ctx, state, pod)
 	switch {
 	case !st.IsSuccess():
@@ -118,7 +124,11 @@ func (pr *filterProbe) limit(ctx context.Context, ni fwk.NodeInfo, want int) lim
 	key := pr.classOf(ni)
 	r, ok := pr.memo[key]
 	if !ok || (!r.closed && r.fit < want) {
-		r = pr.run(ctx, ni, want)
+		if pr.deep {
+			r = pr.run(ctx, ni, want)
+		} else if r = pr.run(ctx, ni, 1); r.fit == 1 {
+			r = probeResult{fit: math.MaxInt}
+		}
 		pr.memo[key] = r
 	}
 	if r.fit >= want {
@@ -210,6 +220,30 @@ func (pr *filterProbe) classOf(ni fwk.NodeInfo) [32]byte {
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
 	return sum
+}
+
+// selfInteracting reports whether members of a shape can keep each other
+// off a node: pod (anti-)affinity, topology spread, host ports, volumes.
+func selfInteracting(pod *corev1.Pod) bool {
+	if a := pod.Spec.Affinity; a != nil && (a.PodAffinity != nil || a.PodAntiAffinity != nil) {
+		return true
+	}
+	if len(pod.Spec.TopologySpreadConstraints) > 0 {
+		return true
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil || v.Ephemeral != nil || v.CSI != nil {
+			return true
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.HostPort > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // labelKeysNamed returns the node label keys a pod's node selector and

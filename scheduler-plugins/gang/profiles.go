@@ -48,6 +48,9 @@ func (ps *profiles) gangs(schedulerName string) bool {
 	ps.once.Do(func() {
 		ps.mu.Lock()
 		defer ps.mu.Unlock()
+		if len(ps.handles) == 0 {
+			return // no framework to ask: every profile schedules gangs
+		}
 		ps.full = map[string]bool{}
 		for _, h := range ps.handles {
 			l, ok := h.(profileLister)

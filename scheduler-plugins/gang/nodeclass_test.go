@@ -1,0 +1,94 @@
+package gang
+
+import (
+	"fmt"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
+)
+
+// gpuSlice is one node's slice of n GPUs with the given memory, the UUIDs
+// and names that differ between identical nodes included.
+func gpuSlice(node string, n int, memory string) *resourceapi.ResourceSlice {
+	s := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: node + "-gpu", UID: types.UID(node + "-gpu"), ResourceVersion: "1"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: "gpu.strata.sh", NodeName: ptr.To(node),
+			Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}},
+	}
+	for i := 0; i < n; i++ {
+		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
+			Name: fmt.Sprintf("gpu-%d", i),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"uuid":  {StringValue: ptr.To(fmt.Sprintf("GPU-%s-%d", node, i))},
+				"model": {StringValue: ptr.To("H100")},
+			},
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse(memory)}},
+		})
+	}
+	return s
+}
+
+func allocated(devices ...structured.DeviceID) *structured.AllocatedState {
+	s := &structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.ConsumedCapacityCollection{}}
+	for _, d := range devices {
+		s.AllocatedDevices.Insert(d)
+	}
+	return s
+}
+
+// TestNodeClasses: nodes alike but for names and UUIDs share a class;
+// other devices, or other devices in use, make another.
+func TestNodeClasses(t *testing.T) {
+	tests := map[string]struct {
+		a, b      *resourceapi.ResourceSlice
+		used      *structured.AllocatedState
+		sameClass bool
+	}{
+		"identical nodes": {gpuSlice("n1", 8, "80Gi"), gpuSlice("n2", 8, "80Gi"), allocated(), true},
+		"fewer GPUs":      {gpuSlice("n1", 8, "80Gi"), gpuSlice("n2", 4, "80Gi"), allocated(), false},
+		"other memory":    {gpuSlice("n1", 8, "80Gi"), gpuSlice("n2", 8, "141Gi"), allocated(), false},
+		"same GPU in use on both": {gpuSlice("n1", 8, "80Gi"), gpuSlice("n2", 8, "80Gi"),
+			allocated(structured.MakeDeviceID("gpu.strata.sh", "n1", "gpu-3"), structured.MakeDeviceID("gpu.strata.sh", "n2", "gpu-3")), true},
+		"other GPU in use": {gpuSlice("n1", 8, "80Gi"), gpuSlice("n2", 8, "80Gi"),
+			allocated(structured.MakeDeviceID("gpu.strata.sh", "n1", "gpu-3"), structured.MakeDeviceID("gpu.strata.sh", "n2", "gpu-4")), false},
+		"in use on one only": {gpuSlice("n1", 8, "80Gi"), gpuSlice("n2", 8, "80Gi"),
+			allocated(structured.MakeDeviceID("gpu.strata.sh", "n1", "gpu-3")), false},
+	}
+	for name, tc := range tests {
+		e := &capacityEstimator{sliceHashes: map[types.UID]sliceHash{}}
+		got := e.nodeClasses([]*resourceapi.ResourceSlice{tc.a, tc.b}, tc.used)
+		if same := got[*tc.a.Spec.NodeName] == got[*tc.b.Spec.NodeName]; same != tc.sameClass {
+			t.Errorf("%s: same class %v, want %v", name, same, tc.sameClass)
+		}
+	}
+}
+
+// FuzzHashSliceIgnoresNames: node, pool and UUID never change a slice's
+// hash; a device's capacity always does.
+func FuzzHashSliceIgnoresNames(f *testing.F) {
+	f.Add("node-a", "node-b", "80Gi", "81Gi")
+	f.Add("", "x", "1", "2")
+	f.Fuzz(func(t *testing.T, n1, n2, m1, m2 string) {
+		q1, err1 := resource.ParseQuantity(m1)
+		q2, err2 := resource.ParseQuantity(m2)
+		if err1 != nil || err2 != nil {
+			t.Skip()
+		}
+		a, b := gpuSlice(n1, 2, "1"), gpuSlice(n2, 2, "1")
+		a.Spec.Devices[0].Capacity["memory"] = resourceapi.DeviceCapacity{Value: q1}
+		b.Spec.Devices[0].Capacity["memory"] = resourceapi.DeviceCapacity{Value: q1}
+		if hashSlice(a) != hashSlice(b) {
+			t.Fatalf("slices of %q and %q differ only in names but hash apart", n1, n2)
+		}
+		b.Spec.Devices[0].Capacity["memory"] = resourceapi.DeviceCapacity{Value: q2}
+		if (q1.Cmp(q2) == 0) != (hashSlice(a) == hashSlice(b)) && q1.String() != q2.String() {
+			t.Fatalf("memory %s vs %s: equal hashes %v", q1.String(), q2.String(), hashSlice(a) == hashSlice(b))
+		}
+	})
+}
