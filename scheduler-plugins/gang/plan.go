@@ -244,7 +244,7 @@ func (p *Plugin) probesFor(ctx context.Context, shapes []*shape) map[string]*fil
 // plugin's lock; what it records (the failure) it records under it.
 func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, nodes []fwk.NodeInfo) (*plan, *fwk.Status) {
 	logger := klog.FromContext(ctx)
-	gen := snapshotGeneration(nodes)
+	gen := p.snapshotGeneration(nodes)
 	fail := func(msg string, final bool) (*plan, *fwk.Status) {
 		p.mu.Lock()
 		p.failures[g.key] = failure{msg: msg, final: final, gen: gen, at: time.Now()}
@@ -300,14 +300,16 @@ func (p *Plugin) plannedNodes(prio int32, gang string) sets.Set[string] {
 	return out
 }
 
-// snapshotGeneration identifies the scheduler's snapshot: every change to
-// a node's pods or resources raises its generation past every other.
-func snapshotGeneration(nodes []fwk.NodeInfo) int64 {
+// snapshotGeneration identifies the state a plan was made on: every
+// change to a node's pods or resources raises its generation past every
+// other, and claims and slices (which do not touch nodes: a claim
+// deallocated after its pod went) are counted apart.
+func (p *Plugin) snapshotGeneration(nodes []fwk.NodeInfo) [2]int64 {
 	var g int64
 	for _, ni := range nodes {
 		g = max(g, ni.GetGeneration())
 	}
-	return g
+	return [2]int64{g, p.draGen.Load()}
 }
 
 // failFastWindow is how long a gang's failed plan answers its other
@@ -322,7 +324,7 @@ func (p *Plugin) recentFailure(key string, nodes []fwk.NodeInfo) (failure, bool)
 	p.mu.Lock()
 	f, ok := p.failures[key]
 	p.mu.Unlock()
-	if !ok || f.at.IsZero() || time.Since(f.at) > failFastWindow || f.gen != snapshotGeneration(nodes) {
+	if !ok || f.at.IsZero() || time.Since(f.at) > failFastWindow || f.gen != p.snapshotGeneration(nodes) {
 		return failure{}, false
 	}
 	return f, true

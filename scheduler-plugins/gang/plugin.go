@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,6 +71,9 @@ type Plugin struct {
 	rebuild sync.Once
 	// profiles tells which profiles schedule gangs.
 	profiles profiles
+	// draGen counts changes to claims and slices, which node generations
+	// do not show: a failed plan is reused only while neither moved.
+	draGen atomic.Int64
 }
 
 var (
@@ -183,6 +187,17 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 			}
 		},
 	}); err != nil {
+		return nil, err
+	}
+	bump := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.draGen.Add(1) },
+		UpdateFunc: func(any, any) { p.draGen.Add(1) },
+		DeleteFunc: func(any) { p.draGen.Add(1) },
+	}
+	if _, err := h.SharedInformerFactory().Resource().V1().ResourceClaims().Informer().AddEventHandler(bump); err != nil {
+		return nil, err
+	}
+	if _, err := h.SharedInformerFactory().Resource().V1().ResourceSlices().Informer().AddEventHandler(bump); err != nil {
 		return nil, err
 	}
 	p.profiles.add(h)

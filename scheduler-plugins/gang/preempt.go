@@ -586,7 +586,7 @@ type failure struct {
 	final bool
 	// gen and at are the snapshot and time of the failed plan; outcome is
 	// what PostFilter answered for it, reused by members that fail fast.
-	gen     int64
+	gen     [2]int64
 	at      time.Time
 	outcome *fwk.Status
 }
