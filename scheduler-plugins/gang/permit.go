@@ -136,6 +136,9 @@ func (p *Plugin) forgetGang(key string) {
 	delete(p.satisfied, key)
 	delete(p.nominations, key)
 	delete(p.gen, key)
+	p.sortMu.Lock()
+	delete(p.sortCache, key)
+	p.sortMu.Unlock()
 }
 
 // Unreserve implements fwk.ReservePlugin: a member failing before its

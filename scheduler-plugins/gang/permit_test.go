@@ -94,7 +94,7 @@ func newTestPlugin(t *testing.T, pods []*corev1.Pod) (*Plugin, *fakeHandle) {
 		handle: h, pods: corelisters.NewPodLister(idx), podIndex: idx, src: &sources{podGroups: emptyLister{}},
 		status: &statusWriter{updates: make(chan statusUpdate, 16), sent: map[types.UID]metav1.Condition{}, told: map[types.UID]string{}},
 		plans:  map[string]*plan{}, nominations: map[string]*nomination{}, failures: map[string]failure{}, satisfied: map[string]bool{},
-		gen: map[string]uint64{}, waitGen: map[types.UID]uint64{}, allowed: map[types.UID]string{},
+		gen: map[string]uint64{}, waitGen: map[types.UID]uint64{}, allowed: map[types.UID]string{}, sortCache: map[string]sortEntry{},
 	}
 	p.rebuild.Do(func() {})
 	return p, h

@@ -71,6 +71,10 @@ type Plugin struct {
 	rebuild sync.Once
 	// profiles tells which profiles schedule gangs.
 	profiles profiles
+	// sortCache holds each gang's queue order by the version of its
+	// definition; sortMu guards it (the queue calls Less under its own lock).
+	sortMu    sync.Mutex
+	sortCache map[string]sortEntry
 	// draGen counts changes to claims and slices, which node generations
 	// do not show: a failed plan is reused only while neither moved.
 	draGen atomic.Int64
@@ -131,6 +135,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		gen:         map[string]uint64{},
 		waitGen:     map[types.UID]uint64{},
 		allowed:     map[types.UID]string{},
+		sortCache:   map[string]sortEntry{},
 	}
 	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
 		p.upstream = h.SharedInformerFactory().Scheduling().V1beta1().PodGroups().Lister()
@@ -257,21 +262,61 @@ func (p *Plugin) sortKey(q fwk.QueuedEntityInfo) (time.Time, string, string) {
 	if key == "" {
 		return q.GetTimestamp(), "", name
 	}
-	g := p.specByKey(key, pod)
-	if g.err != nil {
+	// The comparator runs O(log n) times per queue operation: the gang's
+	// order is decoded once per version of its definition.
+	version := p.specVersion(key)
+	p.sortMu.Lock()
+	e, hit := p.sortCache[key]
+	p.sortMu.Unlock()
+	if !hit || e.version != version {
+		e = sortEntry{version: version, group: key}
+		if g := p.specByKey(key, pod); g.err == nil {
+			e.ok, e.at, e.group = true, g.created.Time, g.group[0]
+			for _, k := range g.group {
+				if k == key {
+					continue
+				}
+				ns, n, _ := cache.SplitMetaNamespaceKey(k)
+				if pg := p.src.podGroup(ns, n); pg != nil && pg.CreationTimestamp.Time.Before(e.at) {
+					e.at = pg.CreationTimestamp.Time
+				}
+			}
+		}
+		p.sortMu.Lock()
+		p.sortCache[key] = e
+		p.sortMu.Unlock()
+	}
+	if !e.ok {
 		return q.GetTimestamp(), key, name
 	}
-	t := g.created.Time
-	for _, k := range g.group {
-		if k == key {
-			continue
-		}
-		ns, n, _ := cache.SplitMetaNamespaceKey(k)
-		if pg := p.src.podGroup(ns, n); pg != nil && pg.CreationTimestamp.Before(&g.created) {
-			t = pg.CreationTimestamp.Time
+	return e.at, e.group, name
+}
+
+// sortEntry is a gang's place in the queue order.
+type sortEntry struct {
+	version string
+	ok      bool
+	at      time.Time
+	group   string
+}
+
+// specVersion names the version of a gang's definition without decoding
+// it: its PodGroup's resourceVersion, or, for a gang declared on pods, a
+// constant (members carry the same annotations; the entry goes with the
+// gang's last pod).
+func (p *Plugin) specVersion(key string) string {
+	ns, name, _ := cache.SplitMetaNamespaceKey(key)
+	if p.src.podGroups != nil {
+		if obj, err := p.src.podGroups.ByNamespace(ns).Get(name); err == nil {
+			if m, err := meta.Accessor(obj); err == nil {
+				return "podgroup/" + m.GetResourceVersion()
+			}
 		}
 	}
-	return t, g.group[0], name
+	if pg := p.upstreamPodGroup(ns, name); pg != nil {
+		return "upstream/" + pg.ResourceVersion
+	}
+	return "pods"
 }
 
 // PreEnqueue implements fwk.PreEnqueuePlugin: a gang pod waits outside the
