@@ -18,17 +18,16 @@ import (
 // startScheduler runs kube-scheduler in process with the given
 // configuration and out-of-tree plugins, the way strata-scheduler's main
 // does, minus leader election and the HTTPS endpoint.
-// It returns a channel closed once the scheduler has stopped (ctx done).
-func startScheduler(ctx context.Context, dir, kubeconfig string, config []byte, registry runtime.Registry) (<-chan struct{}, error) {
+func startScheduler(ctx context.Context, dir, kubeconfig string, config []byte, registry runtime.Registry) error {
 	logger := klog.LoggerWithName(klog.FromContext(ctx), "scheduler")
 	ctx = klog.NewContext(ctx, logger)
 	cfg, err := schedconfig.ForKubeconfig(config, kubeconfig)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	path := filepath.Join(dir, "scheduler-config.yaml")
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
-		return nil, err
+		return err
 	}
 	opts := scheduleroptions.NewOptions()
 	opts.ConfigFile = path
@@ -46,7 +45,7 @@ func startScheduler(ctx context.Context, dir, kubeconfig string, config []byte, 
 	}
 	cc, sched, err := app.Setup(ctx, opts, plugins...)
 	if err != nil {
-		return nil, fmt.Errorf("set up kube-scheduler: %w", err)
+		return fmt.Errorf("set up kube-scheduler: %w", err)
 	}
 	cc.EventBroadcaster.StartRecordingToSink(ctx.Done())
 	cc.InformerFactory.Start(ctx.Done())
@@ -58,14 +57,12 @@ func startScheduler(ctx context.Context, dir, kubeconfig string, config []byte, 
 		cc.DynInformerFactory.WaitForCacheSync(ctx.Done())
 	}
 	if err := sched.WaitForHandlersSync(ctx); err != nil {
-		return nil, fmt.Errorf("kube-scheduler handlers: %w", err)
+		return fmt.Errorf("kube-scheduler handlers: %w", err)
 	}
-	done := make(chan struct{})
 	go func() {
-		defer close(done)
 		sched.Run(ctx)
 		cc.EventBroadcaster.Shutdown()
 	}()
 	logger.V(1).Info("Scheduler started", "plugins", names)
-	return done, nil
+	return nil
 }
