@@ -98,31 +98,14 @@ func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, wan
 	if adj != nil {
 		allocated = adj.allocated
 	}
-	ext, extNames := e.extendedAsDevices(pod, requests)
-	var dra, draExt *draCapacity
-	if len(claims) > 0 || ext != nil {
-		base, err := e.newDRACapacity(ctx, claims, want, allocated)
-		if err != nil {
-			return nil, "", err
-		}
-		if len(claims) > 0 {
-			dra = base
-		}
-		if ext != nil {
-			draExt = base.withClaims(append(slices.Clone(claims), ext))
-		}
-	}
-	withoutExt := maps.Clone(requests)
-	for _, n := range extNames {
-		delete(withoutExt, n)
+	md, err := e.memberDevices(ctx, pod, requests, claims, want, allocated)
+	if err != nil {
+		return nil, "", err
 	}
 	out := make(map[string]int, len(nodes))
 	reasons := map[shortfall]int{}
 	for _, ni := range nodes {
-		reqs, d := requests, dra
-		if draExt != nil && !hasAnyScalar(ni, extNames) {
-			reqs, d = withoutExt, draExt
-		}
+		reqs, d := md.forNode(ni)
 		l := nodeLimit(ctx, pod, reqs, affinity, ni, want, adj)
 		if l.count > 0 && !pinned.Match(ni.Node()) {
 			l = limit{reason: "a claim of the member is allocated on other nodes"}
@@ -148,11 +131,53 @@ func (e *capacityEstimator) capacities(ctx context.Context, pod *corev1.Pod, wan
 			reasons[shortfall{reason: l.reason, fit: l.count}]++
 		}
 	}
-	if ext != nil {
-		claims = append(claims, ext)
-		requests = withoutExt
+	if md.ext != nil {
+		claims = append(claims, md.ext)
+		requests = md.withoutExt
 	}
 	return out, summarize(reasons, requests, claims), nil
+}
+
+// memberDevices is how a member's devices are counted on each node: its
+// claims, and its extended resources as a claim for the classes that map
+// them on nodes without those resources (with the requests left without
+// them there).
+type memberDevices struct {
+	requests, withoutExt corev1.ResourceList
+	ext                  *resourceapi.ResourceClaim
+	extNames             []corev1.ResourceName
+	dra, draExt          *draCapacity
+}
+
+func (e *capacityEstimator) memberDevices(ctx context.Context, pod *corev1.Pod, requests corev1.ResourceList, claims []*resourceapi.ResourceClaim, want int, allocated *structured.AllocatedState) (*memberDevices, error) {
+	md := &memberDevices{requests: requests}
+	md.ext, md.extNames = e.extendedAsDevices(pod, requests)
+	if len(claims) > 0 || md.ext != nil {
+		base, err := e.newDRACapacity(ctx, claims, want, allocated)
+		if err != nil {
+			return nil, err
+		}
+		if len(claims) > 0 {
+			md.dra = base
+		}
+		if md.ext != nil {
+			md.draExt = base.withClaims(append(slices.Clone(claims), md.ext))
+		}
+	}
+	md.withoutExt = maps.Clone(requests)
+	for _, n := range md.extNames {
+		delete(md.withoutExt, n)
+	}
+	return md, nil
+}
+
+// forNode returns the requests and the device counter that apply on a
+// node (nil: the member needs no devices there).
+func (md *memberDevices) forNode(ni fwk.NodeInfo) (corev1.ResourceList, *draCapacity) {
+	if md.draExt != nil && !hasAnyScalar(ni, md.extNames) {
+		return md.withoutExt, md.draExt
+	}
+	return md.requests, md.dra
 }
 
 // consume returns a copy of adj in which count members of pod's shape
@@ -181,37 +206,20 @@ func (e *capacityEstimator) consume(ctx context.Context, pod *corev1.Pod, counts
 	if err != nil {
 		return nil, err
 	}
-	ext, extNames := e.extendedAsDevices(pod, requests)
 	most := 0
 	for _, c := range counts {
 		most = max(most, c)
 	}
-	var dra, draExt *draCapacity
-	if len(claims) > 0 || ext != nil {
-		d, err := e.newDRACapacity(ctx, claims, most, out.allocated)
-		if err != nil {
-			return nil, err
-		}
-		if len(claims) > 0 {
-			dra = d
-		}
-		if ext != nil {
-			draExt = d.withClaims(append(slices.Clone(claims), ext))
-		}
-	}
-	withoutExt := maps.Clone(requests)
-	for _, n := range extNames {
-		delete(withoutExt, n)
+	md, err := e.memberDevices(ctx, pod, requests, claims, most, out.allocated)
+	if err != nil {
+		return nil, err
 	}
 	for _, node := range slices.Sorted(maps.Keys(counts)) {
 		c, ni := counts[node], nodes[node]
 		if c <= 0 || ni == nil {
 			continue
 		}
-		reqs, d := requests, dra
-		if draExt != nil && !hasAnyScalar(ni, extNames) {
-			reqs, d = withoutExt, draExt
-		}
+		reqs, d := md.forNode(ni)
 		sum := out.freed[node]
 		if sum == nil {
 			sum = corev1.ResourceList{}
@@ -235,7 +243,7 @@ func (e *capacityEstimator) consume(ctx context.Context, pod *corev1.Pod, counts
 			return nil, err
 		}
 		for _, r := range results {
-			addAllocation(out.allocated, r)
+			applyAllocation(out.allocated, r.Devices.Results, true)
 		}
 	}
 	return out, nil
@@ -251,17 +259,26 @@ func cloneAllocated(s *structured.AllocatedState) *structured.AllocatedState {
 	}
 }
 
-// addAllocation marks the devices of a simulated allocation as in use.
-func addAllocation(s *structured.AllocatedState, a resourceapi.AllocationResult) {
-	for _, r := range a.Devices.Results {
+// applyAllocation marks the devices of allocation results as in use
+// (add) or free again (a simulated eviction).
+func applyAllocation(s *structured.AllocatedState, results []resourceapi.DeviceRequestAllocationResult, add bool) {
+	for _, r := range results {
 		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-		if r.ShareID == nil {
+		switch {
+		case r.ShareID == nil && add:
 			s.AllocatedDevices.Insert(id)
-			continue
-		}
-		s.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
-		if len(r.ConsumedCapacity) > 0 {
-			s.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+		case r.ShareID == nil:
+			s.AllocatedDevices.Delete(id)
+		case add:
+			s.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+			if len(r.ConsumedCapacity) > 0 {
+				s.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+			}
+		default:
+			s.AllocatedSharedDeviceIDs.Delete(structured.MakeSharedDeviceID(id, r.ShareID))
+			if len(r.ConsumedCapacity) > 0 {
+				s.AggregatedCapacity.Remove(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+			}
 		}
 	}
 }

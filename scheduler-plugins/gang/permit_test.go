@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -185,11 +186,9 @@ func TestPermitTimeoutReleasesOnlyItsRound(t *testing.T) {
 		defer p.mu.Unlock()
 		return h.waiting[pods[0].UID].rejected
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for rejected() == "" && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if rejected() == "" {
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return rejected() != "", nil
+	}); err != nil {
 		t.Fatal("the member's timeout did not release the gang")
 	}
 	// A new round in which both arrive; a timer of the round before fires

@@ -376,17 +376,7 @@ func (p *Plugin) adjustFor(units []victimUnit, set []int, base *structured.Alloc
 				if c.Status.Allocation == nil || !onlyVictims(c, victims) {
 					continue
 				}
-				for _, r := range c.Status.Allocation.Devices.Results {
-					id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-					if r.ShareID == nil {
-						state.AllocatedDevices.Delete(id)
-						continue
-					}
-					state.AllocatedSharedDeviceIDs.Delete(structured.MakeSharedDeviceID(id, r.ShareID))
-					if len(r.ConsumedCapacity) > 0 {
-						state.AggregatedCapacity.Remove(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
-					}
-				}
+				applyAllocation(state, c.Status.Allocation.Devices.Results, false)
 			}
 		}
 	}

@@ -73,6 +73,10 @@ type filterProbe struct {
 	// as the Filter plugins go (resources and devices are counted apart).
 	deep bool
 	memo map[[32]byte]probeResult
+	// classes caches each node's class: a probe lives for one plan or one
+	// preemption, on one snapshot, while the victim search asks again and
+	// again.
+	classes map[string][32]byte
 }
 
 type probeResult struct {
@@ -101,7 +105,7 @@ func newFilterProbe(ctx context.Context, h fwk.Handle, member *corev1.Pod) *filt
 	pod.Spec.Resources = nil
 	state := framework.NewCycleState()
 	state.Write(probeStateKey, probeMarker{})
-	pr := &filterProbe{h: h, pod: pod, state: state, keepLabels: labelKeysNamed(pod), deep: selfInteracting(pod), memo: map[[32]byte]probeResult{}}
+	pr := &filterProbe{h: h, pod: pod, state: state, keepLabels: labelKeysNamed(pod), deep: selfInteracting(pod), memo: map[[32]byte]probeResult{}, classes: map[string][32]byte{}}
 	res, st, _ := runner.RunPreFilterPlugins(ctx, state, pod)
 	switch {
 	case !st.IsSuccess():
@@ -121,7 +125,11 @@ func (pr *filterProbe) limit(ctx context.Context, ni fwk.NodeInfo, want int) lim
 	if pr.allowed != nil && !pr.allowed.Has(ni.Node().Name) {
 		return limit{reason: "PreFilter: node not among the plugins' candidates"}
 	}
-	key := pr.classOf(ni)
+	key, known := pr.classes[ni.Node().Name]
+	if !known {
+		key = pr.classOf(ni)
+		pr.classes[ni.Node().Name] = key
+	}
 	r, ok := pr.memo[key]
 	if !ok || (!r.closed && r.fit < want) {
 		if pr.deep {

@@ -49,21 +49,8 @@ func BenchmarkGangScheduling(b *testing.B) {
 	const gangSize = 8
 	gangs := max(1, min(16, nodes/64))
 	ctx := context.Background()
-	s, err := sim.Start(ctx, sim.Config{Cluster: &cluster.Cluster{APIVersion: cluster.APIVersion, Kind: cluster.Kind,
-		NodeGroups: []cluster.NodeGroup{{Name: "placeholder", Count: 1, CPU: "1", Memory: "1Gi", Pods: 1}}}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, cs := startGPUBenchCluster(b, ctx, nodes)
 	defer s.Stop()
-	cs := s.ControlPlane.Client
-	publishBenchNodes(b, ctx, cs, nodes)
-	objs, err := apply.ReadPaths([]string{examplesDir + "/gang/topology.yaml"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Apply(ctx, objs); err != nil {
-		b.Fatal(err)
-	}
 	if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx,
 		testutil.MakeClaimSpec().Request("gpus", gpuClass, 8).Template("default", "node-gpus"), metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
@@ -89,6 +76,29 @@ func BenchmarkGangScheduling(b *testing.B) {
 			b.ReportMetric(float64(gangs*gangSize*b.N)/total.Seconds(), "pods/s")
 		})
 	}
+}
+
+// startGPUBenchCluster starts a control plane with nodes simulated DGX
+// H100 nodes (published directly, no kubelets) and the example network
+// topology.
+func startGPUBenchCluster(b *testing.B, ctx context.Context, nodes int) (*sim.Sim, kubernetes.Interface) {
+	s, err := sim.Start(ctx, sim.Config{Cluster: &cluster.Cluster{APIVersion: cluster.APIVersion, Kind: cluster.Kind,
+		NodeGroups: []cluster.NodeGroup{{Name: "placeholder", Count: 1, CPU: "1", Memory: "1Gi", Pods: 1}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cs := s.ControlPlane.Client
+	publishBenchNodes(b, ctx, cs, nodes)
+	objs, err := apply.ReadPaths([]string{examplesDir + "/gang/topology.yaml"})
+	if err != nil {
+		s.Stop()
+		b.Fatal(err)
+	}
+	if err := s.Apply(ctx, objs); err != nil {
+		s.Stop()
+		b.Fatal(err)
+	}
+	return s, cs
 }
 
 func benchClient(b *testing.B, cfg *rest.Config) client.Client {
@@ -427,21 +437,8 @@ func BenchmarkGangStarvation(b *testing.B) {
 		nodes = v
 	}
 	ctx := context.Background()
-	s, err := sim.Start(ctx, sim.Config{Cluster: &cluster.Cluster{APIVersion: cluster.APIVersion, Kind: cluster.Kind,
-		NodeGroups: []cluster.NodeGroup{{Name: "placeholder", Count: 1, CPU: "1", Memory: "1Gi", Pods: 1}}}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, cs := startGPUBenchCluster(b, ctx, nodes)
 	defer s.Stop()
-	cs := s.ControlPlane.Client
-	publishBenchNodes(b, ctx, cs, nodes)
-	objs, err := apply.ReadPaths([]string{examplesDir + "/gang/topology.yaml"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Apply(ctx, objs); err != nil {
-		b.Fatal(err)
-	}
 	for name, gpus := range map[string]int64{"node-gpus": 8, "one-gpu": 1} {
 		if _, err := cs.ResourceV1().ResourceClaimTemplates("default").Create(ctx,
 			testutil.MakeClaimSpec().Request("gpus", gpuClass, gpus).Template("default", name), metav1.CreateOptions{}); err != nil {
