@@ -3,6 +3,7 @@ package gang
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -208,4 +209,29 @@ func (p *Plugin) releaseLocked(g *gangSpec, why string) {
 			wp.Reject(Name, why)
 		}
 	})
+}
+
+// Tracked lists, by kind of state, the gangs the plugin keeps something
+// about ("plan", "nomination", "failure", "satisfied"): for debugging, and
+// for checks that nothing outlives its gang.
+func (p *Plugin) Tracked() map[string][]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string][]string{}
+	for k := range p.plans {
+		out["plan"] = append(out["plan"], k)
+	}
+	for k := range p.nominations {
+		out["nomination"] = append(out["nomination"], k)
+	}
+	for k := range p.failures {
+		out["failure"] = append(out["failure"], k)
+	}
+	for k := range p.satisfied {
+		out["satisfied"] = append(out["satisfied"], k)
+	}
+	for _, keys := range out {
+		sort.Strings(keys)
+	}
+	return out
 }

@@ -41,6 +41,8 @@ const nominationTTL = 5 * time.Minute
 // nomination is a preemption in flight for one gang.
 type nomination struct {
 	victims map[types.UID]types.NamespacedName
+	// victimNodes are the nodes the victims ran on.
+	victimNodes map[types.UID]string
 	// claims are the victims' allocated claims: the room is not free
 	// until they are deallocated.
 	claims   map[types.NamespacedName]bool
@@ -49,6 +51,41 @@ type nomination struct {
 	at       time.Time
 	// spent: the victims are gone but the gang still did not fit.
 	spent bool
+}
+
+func newNomination(prio int32) *nomination {
+	return &nomination{victims: map[types.UID]types.NamespacedName{}, victimNodes: map[types.UID]string{},
+		claims: map[types.NamespacedName]bool{}, nodes: map[string]int{}, priority: prio, at: time.Now()}
+}
+
+// addVictim records a pod evicted for the nomination, and its allocated
+// claims, whose devices are not free until they are deallocated.
+func (p *Plugin) addVictim(nom *nomination, v *corev1.Pod) {
+	nom.victims[v.UID] = types.NamespacedName{Namespace: v.Namespace, Name: v.Name}
+	nom.victimNodes[v.UID] = v.Spec.NodeName
+	for _, c := range p.claimsOf(v) {
+		if c.Status.Allocation != nil {
+			nom.claims[types.NamespacedName{Namespace: c.Namespace, Name: c.Name}] = true
+		}
+	}
+}
+
+// inSnapshot reports whether the scheduler's snapshot still has the pod
+// on the node.
+func (p *Plugin) inSnapshot(uid types.UID, node string) bool {
+	if node == "" {
+		return false
+	}
+	ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(node)
+	if err != nil || ni == nil {
+		return false
+	}
+	for _, pi := range ni.GetPods() {
+		if pi.GetPod().UID == uid {
+			return true
+		}
+	}
+	return false
 }
 
 // victimUnit is one job that may be evicted.
@@ -124,18 +161,14 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 	}
 	cost := preemption.CostOf(plain, set)
 	logger.V(1).Info("Preempting for gang", "gang", g.key, "victims", cost.String(), "where", plan.domain)
-	nom := &nomination{victims: map[types.UID]types.NamespacedName{}, claims: map[types.NamespacedName]bool{}, nodes: plan.nodes(), priority: prio, at: time.Now()}
+	nom := newNomination(prio)
+	nom.nodes = plan.nodes()
 	var names []string
 	var victims []*corev1.Pod
 	for _, i := range set {
 		names = append(names, units[i].ID)
 		for _, v := range units[i].pods {
-			nom.victims[v.UID] = types.NamespacedName{Namespace: v.Namespace, Name: v.Name}
-			for _, c := range p.claimsOf(v) {
-				if c.Status.Allocation != nil {
-					nom.claims[types.NamespacedName{Namespace: c.Namespace, Name: c.Name}] = true
-				}
-			}
+			p.addVictim(nom, v)
 			// A victim still waiting in Permit holds room only in the
 			// scheduler: rejecting it frees the room, and the pod, never
 			// bound, goes back to the queue instead of being deleted.
@@ -176,7 +209,9 @@ func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) stri
 	}
 	left := 0
 	for uid, name := range nom.victims {
-		if v, err := p.pods.Pods(name.Namespace).Get(name.Name); err == nil && v.UID == uid {
+		// The pod lister can show a victim gone before the scheduler's
+		// snapshot, which plans read, has let go of its room.
+		if v, err := p.pods.Pods(name.Namespace).Get(name.Name); (err == nil && v.UID == uid) || p.inSnapshot(uid, nom.victimNodes[uid]) {
 			left++
 		}
 	}
@@ -512,7 +547,7 @@ func (p *Plugin) rebuildNominations() {
 			if key := gangKeyOf(pod); key != "" && pod.Spec.NodeName == "" && pod.Status.NominatedNodeName != "" {
 				nom := p.nominations[key]
 				if nom == nil {
-					nom = &nomination{victims: map[types.UID]types.NamespacedName{}, claims: map[types.NamespacedName]bool{}, nodes: map[string]int{}, priority: corev1helpers.PodPriority(pod), at: time.Now()}
+					nom = newNomination(corev1helpers.PodPriority(pod))
 					p.nominations[key] = nom
 				}
 				nom.nodes[pod.Status.NominatedNodeName]++
@@ -528,7 +563,7 @@ func (p *Plugin) rebuildNominations() {
 				}
 				if gang, ok := strings.CutPrefix(c.Message, Name+": preempted to make room for gang "); ok {
 					if nom := p.nominations[gang]; nom != nil {
-						nom.victims[pod.UID] = types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+						p.addVictim(nom, pod)
 					}
 				}
 			}

@@ -56,11 +56,15 @@ type ControlPlane struct {
 	// Dir is the working directory.
 	Dir string
 
-	cancel   context.CancelFunc
-	etcd     *etcdServer
-	api      *apiServer
-	ownDir   bool
-	stopOnce sync.Once
+	cancel context.CancelFunc
+	// restart starts the scheduler again; schedStop stops the running one
+	// and waits for it.
+	restart   func() error
+	schedStop func()
+	etcd      *etcdServer
+	api       *apiServer
+	ownDir    bool
+	stopOnce  sync.Once
 }
 
 // Start boots etcd, kube-apiserver, the controllers and the scheduler and
@@ -114,12 +118,33 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, finalErr error) 
 		if plugins == nil {
 			plugins = schedulerplugins.Registry()
 		}
-		if err := startScheduler(ctx, cp.Dir, kubeconfig, config, plugins); err != nil {
+		cp.restart = func() error {
+			schedCtx, cancel := context.WithCancel(ctx)
+			done, err := startScheduler(schedCtx, cp.Dir, kubeconfig, config, plugins)
+			if err != nil {
+				cancel()
+				return err
+			}
+			cp.schedStop = func() { cancel(); <-done }
+			return nil
+		}
+		if err := cp.restart(); err != nil {
 			return nil, err
 		}
 	}
 	logger.V(1).Info("Control plane ready", "host", cp.Config.Host, "dir", cp.Dir)
 	return cp, nil
+}
+
+// RestartScheduler stops the scheduler, as a crash or a new leader would,
+// and starts a new one with empty in-memory state; it returns once the
+// new one has synced its caches.
+func (cp *ControlPlane) RestartScheduler() error {
+	if cp.restart == nil {
+		return fmt.Errorf("the control plane runs no scheduler")
+	}
+	cp.schedStop()
+	return cp.restart()
 }
 
 // Stop shuts everything down and waits for the API server to exit. It is

@@ -18,16 +18,17 @@ import (
 // startScheduler runs kube-scheduler in process with the given
 // configuration and out-of-tree plugins, the way strata-scheduler's main
 // does, minus leader election and the HTTPS endpoint.
-func startScheduler(ctx context.Context, dir, kubeconfig string, config []byte, registry runtime.Registry) error {
+// It returns a channel closed once the scheduler has stopped (ctx done).
+func startScheduler(ctx context.Context, dir, kubeconfig string, config []byte, registry runtime.Registry) (<-chan struct{}, error) {
 	logger := klog.LoggerWithName(klog.FromContext(ctx), "scheduler")
 	ctx = klog.NewContext(ctx, logger)
 	cfg, err := schedconfig.ForKubeconfig(config, kubeconfig)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	path := filepath.Join(dir, "scheduler-config.yaml")
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
-		return err
+		return nil, err
 	}
 	opts := scheduleroptions.NewOptions()
 	opts.ConfigFile = path
@@ -45,7 +46,7 @@ func startScheduler(ctx context.Context, dir, kubeconfig string, config []byte, 
 	}
 	cc, sched, err := app.Setup(ctx, opts, plugins...)
 	if err != nil {
-		return fmt.Errorf("set up kube-scheduler: %w", err)
+		return nil, fmt.Errorf("set up kube-scheduler: %w", err)
 	}
 	cc.EventBroadcaster.StartRecordingToSink(ctx.Done())
 	cc.InformerFactory.Start(ctx.Done())
@@ -57,12 +58,14 @@ func startScheduler(ctx context.Context, dir, kubeconfig string, config []byte, 
 		cc.DynInformerFactory.WaitForCacheSync(ctx.Done())
 	}
 	if err := sched.WaitForHandlersSync(ctx); err != nil {
-		return fmt.Errorf("kube-scheduler handlers: %w", err)
+		return nil, fmt.Errorf("kube-scheduler handlers: %w", err)
 	}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		sched.Run(ctx)
 		cc.EventBroadcaster.Shutdown()
 	}()
 	logger.V(1).Info("Scheduler started", "plugins", names)
-	return nil
+	return done, nil
 }
