@@ -1,0 +1,415 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	fwk "k8s.io/kube-scheduler/framework"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
+	schedulerplugins "github.com/strata-sh/strata/scheduler-plugins"
+	"github.com/strata-sh/strata/scheduler-plugins/gang"
+	"github.com/strata-sh/strata/sim/controlplane"
+)
+
+// soakSettle is how long a gang may be partly bound, or pending without
+// a reason, and how long the plugin may keep state about a gang whose
+// pods are gone. It covers a scheduler restart (a few seconds on a small
+// machine) and a Permit round.
+const soakSettle = 30 * time.Second
+
+// soakGang is one gang of the stream, as the soak tracks it.
+type soakGang struct {
+	name    string
+	kind    string
+	pods    int
+	created time.Time
+	// partial is when the gang was first seen partly bound (zero while it
+	// is not); pending when first seen with no member bound.
+	partial, pending time.Time
+	scheduled        bool
+	preempted        bool
+	deleted          bool
+}
+
+// soak drives the stream and checks the invariants.
+type soak struct {
+	e   *env
+	rng *rand.Rand
+	cr  client.Client
+
+	mu     sync.Mutex
+	plugin *gang.Plugin
+
+	gangs      map[string]*soakGang
+	next       int
+	restarts   int
+	// longestPartial is the longest a gang was seen partly bound.
+	longestPartial time.Duration
+	violations     map[string]string
+	// gone is when the plugin was first seen keeping state about a gang
+	// with no pods left, by kind and gang.
+	gone map[string]time.Time
+}
+
+// TestGangSoak: a seeded random stream of gangs of mixed shapes (uniform,
+// launcher + workers, one member per node, extended-resource members,
+// with and without a MustGather block rule, three priorities) is created
+// and deleted while the scheduler is restarted at random moments, as a
+// crash or a new leader would. Throughout, every half second: no gang is
+// partly bound for longer than it takes to settle, no device is allocated
+// to two claims, every gang pending beyond that time says why on its
+// PodGroup, and the plugin keeps no state (plan, nomination, failure) about
+// a gang whose pods are gone. STRATA_SOAK_SEED replays a run,
+// STRATA_SOAK_DURATION makes it longer.
+func TestGangSoak(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("STRATA_SOAK_SEED"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("STRATA_SOAK_SEED: %v", err)
+		}
+		seed = v
+	}
+	duration := 60 * time.Second
+	if s := os.Getenv("STRATA_SOAK_DURATION"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("STRATA_SOAK_DURATION: %v", err)
+		}
+		duration = d
+	}
+	t.Logf("seed %d (STRATA_SOAK_SEED=%d replays it), %s of churn", seed, seed, duration)
+
+	s := &soak{rng: rand.New(rand.NewPCG(uint64(seed), 0)), gangs: map[string]*soakGang{}, violations: map[string]string{}, gone: map[string]time.Time{}}
+	registry := schedulerplugins.Registry()
+	newGang := registry[gang.Name]
+	registry[gang.Name] = func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		pl, err := newGang(ctx, obj, h)
+		if err == nil {
+			s.mu.Lock()
+			s.plugin = pl.(*gang.Plugin)
+			s.mu.Unlock()
+		}
+		return pl, err
+	}
+	e := startClusterWith(t, twoBlocks(4), controlplane.Options{Plugins: registry})
+	s.e, s.cr = e, e.crClient()
+	e.applyFile(examplesDir + "/gang/topology.yaml")
+	e.priorityClasses()
+	medium := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "medium-priority"}, Value: 500}
+	if _, err := e.client.SchedulingV1().PriorityClasses().Create(e.ctx, medium, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	nextRestart := start.Add(s.jitter(6*time.Second, 14*time.Second))
+	for time.Since(start) < duration {
+		if s.live() < 6 {
+			s.create()
+		}
+		if s.rng.IntN(4) == 0 {
+			s.deleteOne()
+		}
+		if time.Now().After(nextRestart) {
+			if err := e.sim.ControlPlane.RestartScheduler(); err != nil {
+				t.Fatalf("restart the scheduler: %v", err)
+			}
+			s.restarts++
+			nextRestart = time.Now().Add(s.jitter(6*time.Second, 14*time.Second))
+		}
+		s.check()
+		time.Sleep(500 * time.Millisecond)
+	}
+
+	// No more churn: every gang left must settle (whole or explained),
+	// then, once all are deleted, nothing may stay behind.
+	e.eventually(2*soakSettle, "the gangs left settle", func(context.Context) (bool, error) {
+		s.check()
+		for _, g := range s.gangs {
+			if !g.deleted && !g.preempted && !g.scheduled && !g.pending.IsZero() && time.Since(g.pending) < soakSettle {
+				return false, nil
+			}
+			if !g.deleted && !g.partial.IsZero() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	for _, g := range s.gangs {
+		if !g.deleted {
+			s.delete(g)
+		}
+	}
+	e.eventually(2*soakSettle, "plugin state and claims of deleted gangs gone", func(ctx context.Context) (bool, error) {
+		s.check()
+		tracked := s.tracked()
+		claims, err := e.client.ResourceV1().ResourceClaims("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(tracked["plan"])+len(tracked["nomination"])+len(tracked["failure"]) == 0 && len(claims.Items) == 0, nil
+	})
+
+	created, scheduled, preempted := len(s.gangs), 0, 0
+	kinds := map[string]int{}
+	for _, g := range s.gangs {
+		kinds[g.kind]++
+		if g.scheduled {
+			scheduled++
+		}
+		if g.preempted {
+			preempted++
+		}
+	}
+	t.Logf("%d gangs created %v, %d scheduled whole, %d preempted, %d scheduler restarts survived, longest partly bound %s, %d violations",
+		created, kinds, scheduled, preempted, s.restarts, s.longestPartial.Round(time.Millisecond), len(s.violations))
+	for _, v := range sortedValues(s.violations) {
+		t.Error(v)
+	}
+	if scheduled < created/3 || s.restarts == 0 {
+		t.Errorf("the soak exercised too little: %d of %d gangs scheduled, %d restarts", scheduled, created, s.restarts)
+	}
+}
+
+func (s *soak) jitter(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(s.rng.Int64N(int64(hi-lo)))
+}
+
+func (s *soak) live() int {
+	n := 0
+	for _, g := range s.gangs {
+		if !g.deleted {
+			n++
+		}
+	}
+	return n
+}
+
+// create submits one random gang.
+func (s *soak) create() {
+	kinds := []string{"uniform", "launcher", "spread", "extended"}
+	kind := kinds[s.rng.IntN(len(kinds))]
+	name := fmt.Sprintf("g%03d-%s", s.next, kind)
+	s.next++
+	prio := []string{"low-priority", "medium-priority", "high-priority"}[s.rng.IntN(3)]
+	withPrio := func(more func(*corev1.Pod)) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.PriorityClassName = prio
+			if more != nil {
+				more(p)
+			}
+		}
+	}
+	var annotations map[string]string
+	if s.rng.IntN(2) == 0 {
+		annotations = preferBlock("MustGather")
+	}
+	var roles []role
+	switch kind {
+	case "uniform":
+		roles = []role{{name: "worker", count: 2 + s.rng.IntN(3), gpus: []int{2, 4, 8}[s.rng.IntN(3)], cpu: "8", mutate: withPrio(nil)}}
+	case "launcher":
+		roles = []role{{name: "launcher", count: 1, cpu: "4", mutate: withPrio(nil)}, {name: "worker", count: 2 + s.rng.IntN(2), gpus: 8, cpu: "32", mutate: withPrio(nil)}}
+	case "spread":
+		roles = []role{{name: "worker", count: 2 + s.rng.IntN(2), gpus: 4, cpu: "8", mutate: withPrio(oneWorkerPerNode(name))}}
+	case "extended":
+		gpus := resource.MustParse([]string{"4", "8"}[s.rng.IntN(2)])
+		roles = []role{{name: "worker", count: 2 + s.rng.IntN(2), cpu: "8", mutate: withPrio(func(p *corev1.Pod) {
+			list := corev1.ResourceList{"nvidia.com/gpu": gpus}
+			p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = gpus
+			p.Spec.Containers[0].Resources.Limits = list
+		})}}
+	}
+	s.e.shapedGang(name, annotations, roles...)
+	pods := 0
+	for _, r := range roles {
+		pods += r.count
+	}
+	s.gangs[name] = &soakGang{name: name, kind: kind, pods: pods, created: time.Now()}
+}
+
+// deleteOne deletes a random gang that has run (a job that finished) or,
+// now and then, one that is still pending (a user giving up).
+func (s *soak) deleteOne() {
+	var done, waiting []*soakGang
+	for _, g := range s.sortedGangs() {
+		switch {
+		case g.deleted:
+		case g.scheduled || g.preempted:
+			done = append(done, g)
+		case time.Since(g.created) > 20*time.Second:
+			waiting = append(waiting, g)
+		}
+	}
+	if len(done) > 0 {
+		s.delete(done[s.rng.IntN(len(done))])
+	} else if len(waiting) > 0 && s.rng.IntN(3) == 0 {
+		s.delete(waiting[s.rng.IntN(len(waiting))])
+	}
+}
+
+func (s *soak) delete(g *soakGang) {
+	e := s.e
+	e.t.Helper()
+	sel := metav1.ListOptions{LabelSelector: schedulingv1alpha1.PodGroupLabel + "=" + g.name}
+	if err := e.client.CoreV1().Pods("default").DeleteCollection(e.ctx, metav1.DeleteOptions{}, sel); err != nil {
+		e.t.Fatal(err)
+	}
+	pg := &schedulingv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: g.name, Namespace: "default"}}
+	if err := client.IgnoreNotFound(s.cr.Delete(e.ctx, pg)); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, r := range []string{"worker", "launcher"} {
+		_ = e.client.ResourceV1().ResourceClaimTemplates("default").Delete(e.ctx, g.name+"-"+r, metav1.DeleteOptions{})
+	}
+	g.deleted = true
+}
+
+func (s *soak) sortedGangs() []*soakGang {
+	out := make([]*soakGang, 0, len(s.gangs))
+	for _, g := range s.gangs {
+		out = append(out, g)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+func (s *soak) tracked() map[string][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.plugin.Tracked()
+}
+
+func (s *soak) violate(key, msg string) {
+	if _, seen := s.violations[key]; !seen {
+		s.violations[key] = fmt.Sprintf("%s: %s", time.Now().Format("15:04:05.000"), msg)
+		s.e.t.Logf("violation: %s", msg)
+	}
+}
+
+// check looks at the cluster once and records what breaks an invariant.
+func (s *soak) check() {
+	e := s.e
+	now := time.Now()
+	pods, err := e.client.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	type count struct{ present, terminating, bound int }
+	byGang := map[string]*count{}
+	for _, p := range pods.Items {
+		name := p.Labels[schedulingv1alpha1.PodGroupLabel]
+		c := byGang[name]
+		if c == nil {
+			c = &count{}
+			byGang[name] = c
+		}
+		c.present++
+		if p.DeletionTimestamp != nil {
+			c.terminating++
+		}
+		if p.Spec.NodeName != "" {
+			c.bound++
+		}
+	}
+	for _, g := range s.sortedGangs() {
+		c := byGang[g.name]
+		if g.deleted || g.preempted {
+			continue
+		}
+		if c == nil || c.present < g.pods || c.terminating > 0 {
+			// Evicted by a gang of higher priority: its job would fail
+			// and be deleted.
+			g.preempted = true
+			s.delete(g)
+			continue
+		}
+		switch {
+		case c.bound == g.pods:
+			g.scheduled, g.partial, g.pending = true, time.Time{}, time.Time{}
+		case c.bound > 0:
+			g.pending = time.Time{}
+			if g.partial.IsZero() {
+				g.partial = now
+			}
+			s.longestPartial = max(s.longestPartial, now.Sub(g.partial))
+			if now.Sub(g.partial) > soakSettle {
+				s.violate("partial/"+g.name, fmt.Sprintf("gang %s partly bound (%d of %d) for %s", g.name, c.bound, g.pods, now.Sub(g.partial).Round(time.Second)))
+			}
+		default:
+			g.partial = time.Time{}
+			if g.pending.IsZero() {
+				g.pending = now
+			} else if now.Sub(g.pending) > soakSettle {
+				var pg schedulingv1alpha1.PodGroup
+				if err := s.cr.Get(e.ctx, client.ObjectKey{Namespace: "default", Name: g.name}, &pg); err != nil {
+					e.t.Fatal(err)
+				}
+				cond := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)
+				if cond == nil || cond.Status != metav1.ConditionFalse || cond.Message == "" {
+					s.violate("reason/"+g.name, fmt.Sprintf("gang %s pending for %s without a reason (condition %+v)", g.name, now.Sub(g.pending).Round(time.Second), cond))
+				}
+			}
+		}
+	}
+
+	claims, err := e.client.ResourceV1().ResourceClaims("default").List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	owner := map[string]string{}
+	for _, c := range claims.Items {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			dev := r.Driver + "/" + r.Pool + "/" + r.Device
+			if other, taken := owner[dev]; taken {
+				s.violate("device/"+dev, fmt.Sprintf("device %s allocated to claims %s and %s", dev, other, c.Name))
+			}
+			owner[dev] = c.Name
+		}
+	}
+
+	// State the plugin keeps about a gang with no pods left must go.
+	for kind, keys := range s.tracked() {
+		for _, key := range keys {
+			name := strings.TrimPrefix(key, "default/")
+			id := kind + "/" + name
+			if byGang[name] != nil {
+				delete(s.gone, id)
+				continue
+			}
+			if first, ok := s.gone[id]; !ok {
+				s.gone[id] = now
+			} else if now.Sub(first) > soakSettle {
+				s.violate("state/"+id, fmt.Sprintf("plugin keeps a %s for gang %s, whose pods are gone", kind, name))
+			}
+		}
+	}
+}
+
+func sortedValues(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	sort.Strings(out)
+	return out
+}
