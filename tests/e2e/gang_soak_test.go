@@ -56,9 +56,9 @@ type soak struct {
 	mu     sync.Mutex
 	plugin *gang.Plugin
 
-	gangs      map[string]*soakGang
-	next       int
-	restarts   int
+	gangs    map[string]*soakGang
+	next     int
+	restarts int
 	// longestPartial is the longest a gang was seen partly bound.
 	longestPartial time.Duration
 	violations     map[string]string
