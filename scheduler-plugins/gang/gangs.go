@@ -35,7 +35,8 @@ func (p *Plugin) gangOf(pod *corev1.Pod) *gangSpec {
 // of its pods.
 func (p *Plugin) specByKey(key string, member *corev1.Pod) *gangSpec {
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	if pg := p.src.podGroup(ns, name); pg != nil {
+	pg := p.src.podGroup(ns, name)
+	if pg != nil && pg.Labels[schedulingv1alpha1.FromPodAnnotationsLabel] != "true" {
 		return specFromPodGroup(pg)
 	}
 	if pg := p.upstreamPodGroup(ns, name); pg != nil {
@@ -48,8 +49,15 @@ func (p *Plugin) specByKey(key string, member *corev1.Pod) *gangSpec {
 	}
 	if member != nil {
 		if _, _, ok := annotation(member.Annotations, KeyName); ok {
-			return specFromPod(member, key)
+			// The pods define the gang; the PodGroup strata-controller
+			// keeps for it, once there, carries its status.
+			g := specFromPod(member, key)
+			g.podGroup = pg
+			return g
 		}
+	}
+	if pg != nil {
+		return specFromPodGroup(pg)
 	}
 	return &gangSpec{key: key, minMember: 1, group: []string{key},
 		err: fmt.Errorf("PodGroup %s not found (pods name it with label %s)", key, schedulingv1alpha1.PodGroupLabel)}

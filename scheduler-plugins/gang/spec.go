@@ -22,8 +22,8 @@ import (
 // Each Strata key has a Koordinator alias, so manifests written for
 // Koordinator work unchanged apart from schedulerName.
 const (
-	AnnotationPrefix = "scheduling.strata.sh/"
-	KoordPrefix      = "gang.scheduling.koordinator.sh/"
+	AnnotationPrefix = schedulingv1alpha1.AnnotationPrefix
+	KoordPrefix      = schedulingv1alpha1.KoordinatorAnnotationPrefix
 
 	// KeyNetworkTopologySpec holds the gang's gather rules as JSON:
 	// {"gatherStrategy":[{"layer":"BlockLayer","strategy":"PreferGather","podCountMultiple":8}]}.
@@ -72,13 +72,7 @@ const DefaultScheduleTimeout = 60 * time.Second
 // annotation reads a Strata key or its Koordinator alias, and says which
 // key it came from for error messages.
 func annotation(ann map[string]string, key string) (value, from string, ok bool) {
-	if v, ok := ann[AnnotationPrefix+key]; ok {
-		return v, AnnotationPrefix + key, true
-	}
-	if v, ok := ann[KoordPrefix+key]; ok {
-		return v, KoordPrefix + key, true
-	}
-	return "", "", false
+	return schedulingv1alpha1.GangAnnotation(ann, key)
 }
 
 // topologySpec is the JSON of the network-topology-spec annotation.

@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +23,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
+	"github.com/strata-sh/strata/internal/testutil"
 	schedulerplugins "github.com/strata-sh/strata/scheduler-plugins"
+	"github.com/strata-sh/strata/scheduler-plugins/config"
 	"github.com/strata-sh/strata/scheduler-plugins/gang"
 	"github.com/strata-sh/strata/sim/controlplane"
 )
@@ -32,6 +35,10 @@ import (
 // pods are gone. It covers a scheduler restart (a few seconds on a small
 // machine) and a Permit round.
 const soakSettle = 30 * time.Second
+
+// soakLabel names a pod's gang for the soak, whatever way the gang is
+// declared.
+const soakLabel = "soak.strata.sh/gang"
 
 // soakGang is one gang of the stream, as the soak tracks it.
 type soakGang struct {
@@ -69,7 +76,7 @@ type soak struct {
 
 // TestGangSoak: a seeded random stream of gangs of mixed shapes (uniform,
 // launcher + workers, one member per node, extended-resource members,
-// with and without a MustGather block rule, three priorities) is created
+// declared on pod annotations alone; with and without a MustGather block rule, three priorities) is created
 // and deleted while the scheduler is restarted at random moments, as a
 // crash or a new leader would. Throughout, every half second: no gang is
 // partly bound for longer than it takes to settle, no device is allocated
@@ -163,7 +170,11 @@ func TestGangSoak(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		return len(tracked["plan"])+len(tracked["nomination"])+len(tracked["failure"]) == 0 && len(claims.Items) == 0, nil
+		var mirrors schedulingv1alpha1.PodGroupList
+		if err := s.cr.List(ctx, &mirrors, client.HasLabels{schedulingv1alpha1.FromPodAnnotationsLabel}); err != nil {
+			return false, err
+		}
+		return len(tracked["plan"])+len(tracked["nomination"])+len(tracked["failure"]) == 0 && len(claims.Items) == 0 && len(mirrors.Items) == 0, nil
 	})
 
 	created, scheduled, preempted := len(s.gangs), 0, 0
@@ -203,13 +214,17 @@ func (s *soak) live() int {
 
 // create submits one random gang.
 func (s *soak) create() {
-	kinds := []string{"uniform", "launcher", "spread", "extended"}
+	kinds := []string{"uniform", "launcher", "spread", "extended", "annotated"}
 	kind := kinds[s.rng.IntN(len(kinds))]
 	name := fmt.Sprintf("g%03d-%s", s.next, kind)
 	s.next++
 	prio := []string{"low-priority", "medium-priority", "high-priority"}[s.rng.IntN(3)]
 	withPrio := func(more func(*corev1.Pod)) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
+			if p.Labels == nil {
+				p.Labels = map[string]string{}
+			}
+			p.Labels[soakLabel] = name
 			p.Spec.PriorityClassName = prio
 			if more != nil {
 				more(p)
@@ -236,12 +251,35 @@ func (s *soak) create() {
 			p.Spec.Containers[0].Resources.Limits = list
 		})}}
 	}
+	if kind == "annotated" {
+		n := 2 + s.rng.IntN(2)
+		s.annotatedGang(name, n, annotations, withPrio(nil))
+		s.gangs[name] = &soakGang{name: name, kind: kind, pods: n, created: time.Now()}
+		return
+	}
 	s.e.shapedGang(name, annotations, roles...)
 	pods := 0
 	for _, r := range roles {
 		pods += r.count
 	}
 	s.gangs[name] = &soakGang{name: name, kind: kind, pods: pods, created: time.Now()}
+}
+
+// annotatedGang declares a gang of n 4-GPU workers on the pods alone,
+// with Koordinator's keys; strata-controller keeps its PodGroup.
+func (s *soak) annotatedGang(name string, n int, annotations map[string]string, mutate func(*corev1.Pod)) {
+	e := s.e
+	tmpl := name + "-worker"
+	e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 4).Template("default", tmpl))
+	for i := 0; i < n; i++ {
+		pod := testutil.MakePod(fmt.Sprintf("%s-%d", tmpl, i)).Scheduler(config.ProfileName).Req("8", "8Gi").ClaimTemplate("gpus", tmpl).Obj()
+		pod.Annotations = map[string]string{"gang.scheduling.koordinator.sh/name": name, "gang.scheduling.koordinator.sh/min-available": strconv.Itoa(n)}
+		for k, v := range annotations {
+			pod.Annotations[k] = v
+		}
+		mutate(pod)
+		e.createPod(pod)
+	}
 }
 
 // deleteOne deletes a random gang that has run (a job that finished) or,
@@ -267,13 +305,15 @@ func (s *soak) deleteOne() {
 func (s *soak) delete(g *soakGang) {
 	e := s.e
 	e.t.Helper()
-	sel := metav1.ListOptions{LabelSelector: schedulingv1alpha1.PodGroupLabel + "=" + g.name}
+	sel := metav1.ListOptions{LabelSelector: soakLabel + "=" + g.name}
 	if err := e.client.CoreV1().Pods("default").DeleteCollection(e.ctx, metav1.DeleteOptions{}, sel); err != nil {
 		e.t.Fatal(err)
 	}
-	pg := &schedulingv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: g.name, Namespace: "default"}}
-	if err := client.IgnoreNotFound(s.cr.Delete(e.ctx, pg)); err != nil {
-		e.t.Fatal(err)
+	if g.kind != "annotated" { // strata-controller deletes that one
+		pg := &schedulingv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: g.name, Namespace: "default"}}
+		if err := client.IgnoreNotFound(s.cr.Delete(e.ctx, pg)); err != nil {
+			e.t.Fatal(err)
+		}
 	}
 	for _, r := range []string{"worker", "launcher"} {
 		_ = e.client.ResourceV1().ResourceClaimTemplates("default").Delete(e.ctx, g.name+"-"+r, metav1.DeleteOptions{})
@@ -314,7 +354,7 @@ func (s *soak) check() {
 	type count struct{ present, terminating, bound int }
 	byGang := map[string]*count{}
 	for _, p := range pods.Items {
-		name := p.Labels[schedulingv1alpha1.PodGroupLabel]
+		name := p.Labels[soakLabel]
 		c := byGang[name]
 		if c == nil {
 			c = &count{}
@@ -358,7 +398,10 @@ func (s *soak) check() {
 				g.pending = now
 			} else if now.Sub(g.pending) > soakSettle {
 				var pg schedulingv1alpha1.PodGroup
-				if err := s.cr.Get(e.ctx, client.ObjectKey{Namespace: "default", Name: g.name}, &pg); err != nil {
+				if err := s.cr.Get(e.ctx, client.ObjectKey{Namespace: "default", Name: g.name}, &pg); apierrors.IsNotFound(err) {
+					s.violate("podgroup/"+g.name, fmt.Sprintf("gang %s pending for %s has no PodGroup", g.name, now.Sub(g.pending).Round(time.Second)))
+					continue
+				} else if err != nil {
 					e.t.Fatal(err)
 				}
 				cond := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -344,9 +345,9 @@ func TestGangOfExtendedResourcePods(t *testing.T) {
 
 // TestIncompleteAndInvalidGangsSayWhy: a gang held back before scheduling
 // (kube-scheduler shows nothing of that) says why where users look: a
-// PodGroup short of minMember and one with a malformed annotation in its
-// Scheduled condition, a gang declared on pods alone in an event on the
-// pod; once the last member arrives the gang schedules.
+// PodGroup short of minMember, one with a malformed annotation and a gang
+// declared on pods alone with a malformed one, each in its PodGroup's
+// Scheduled condition; once the last member arrives the gang schedules.
 func TestIncompleteAndInvalidGangsSayWhy(t *testing.T) {
 	e := startCluster(t, twoBlocks(2))
 	e.gang("short", 2, 3, 0, nil)
@@ -362,11 +363,43 @@ func TestIncompleteAndInvalidGangsSayWhy(t *testing.T) {
 	lone := testutil.MakePod("lone").Scheduler(config.ProfileName).Obj()
 	lone.Annotations = map[string]string{"gang.scheduling.koordinator.sh/name": "lone", "gang.scheduling.koordinator.sh/min-available": "two"}
 	e.createPod(lone)
-	if msg := e.waitEvent("default", "lone", gang.ReasonInvalidGang); !strings.Contains(msg, "gang.scheduling.koordinator.sh/min-available") {
-		t.Errorf("event %q does not name the annotation", msg)
-	}
+	e.waitPodGroup("lone", "malformed pod annotation explained on the gang's PodGroup", 30*time.Second, func(_ *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
+		return c != nil && c.Reason == gang.ReasonInvalidGang && strings.Contains(c.Message, "gang.scheduling.koordinator.sh/min-available")
+	})
 
 	w := testutil.MakePod("short-2").Scheduler(config.ProfileName).Label(schedulingv1alpha1.PodGroupLabel, "short").Req("8", "32Gi")
 	e.createPod(w.Obj())
 	e.waitGangRunning("short", 3)
+}
+
+// TestAnnotationGangGetsAPodGroup: a gang declared on pod annotations
+// alone (Koordinator's keys) shows what a PodGroup gang shows: strata-
+// controller keeps a PodGroup for it, which says what the gang waits for,
+// then its phase, counts and Scheduled condition, and goes with the last
+// pod.
+func TestAnnotationGangGetsAPodGroup(t *testing.T) {
+	e := startCluster(t, twoBlocks(2))
+	member := func(i int) {
+		pod := testutil.MakePod(fmt.Sprintf("koord-%d", i)).Scheduler(config.ProfileName).Req("8", "32Gi").Obj()
+		pod.Annotations = map[string]string{"gang.scheduling.koordinator.sh/name": "koord", "gang.scheduling.koordinator.sh/min-available": "3"}
+		e.createPod(pod)
+	}
+	member(0)
+	member(1)
+	e.waitPodGroup("koord", "the annotated gang's PodGroup says it waits for a member", 30*time.Second, func(pg *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
+		return pg.Labels[schedulingv1alpha1.FromPodAnnotationsLabel] == "true" && pg.Spec.MinMember == 3 &&
+			c != nil && c.Reason == gang.ReasonWaitingForMembers && strings.Contains(c.Message, "has 2 of 3 pods; waiting for 1 more member")
+	})
+	member(2)
+	e.waitPodGroup("koord", "the annotated gang running", 60*time.Second, func(pg *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
+		return pg.Status.Phase == schedulingv1alpha1.PodGroupRunning && pg.Status.Running == 3 && c != nil && c.Status == metav1.ConditionTrue
+	})
+	for i := 0; i < 3; i++ {
+		e.deletePod("default", fmt.Sprintf("koord-%d", i))
+	}
+	cr := e.crClient()
+	e.eventually(30*time.Second, "the annotated gang's PodGroup deleted with its pods", func(ctx context.Context) (bool, error) {
+		err := cr.Get(ctx, client.ObjectKey{Namespace: "default", Name: "koord"}, &schedulingv1alpha1.PodGroup{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
 }

@@ -13,6 +13,43 @@ var GroupVersion = schema.GroupVersion{Group: "scheduling.sigs.k8s.io", Version:
 // PodGroupLabel is the pod label that names a pod's PodGroup.
 const PodGroupLabel = "pod-group.scheduling.sigs.k8s.io"
 
+// Gang annotations: Strata's keys, and Koordinator's under their own
+// prefix, which Strata reads too. A gang may be declared on its pods
+// alone, with the name and min-available keys.
+const (
+	AnnotationPrefix            = "scheduling.strata.sh/"
+	KoordinatorAnnotationPrefix = "gang.scheduling.koordinator.sh/"
+	// FromPodAnnotationsLabel ("true") marks a PodGroup that
+	// strata-controller keeps for a gang declared on pod annotations
+	// alone: it carries the gang's status and counts, the pods keep its
+	// definition, and it is deleted with the gang's last pod.
+	FromPodAnnotationsLabel = AnnotationPrefix + "from-pod-annotations"
+)
+
+// GangAnnotation returns a gang annotation by key ("name",
+// "min-available", ...), Strata's key first, and the full key it was
+// read from.
+func GangAnnotation(ann map[string]string, key string) (value, from string, ok bool) {
+	if v, ok := ann[AnnotationPrefix+key]; ok {
+		return v, AnnotationPrefix + key, true
+	}
+	if v, ok := ann[KoordinatorAnnotationPrefix+key]; ok {
+		return v, KoordinatorAnnotationPrefix + key, true
+	}
+	return "", "", false
+}
+
+// AnnotatedGang returns the name of the gang a pod declares with
+// annotations alone: "" when it names a PodGroup by label or by
+// spec.schedulingGroup, or no gang.
+func AnnotatedGang(pod *corev1.Pod) string {
+	if pod.Labels[PodGroupLabel] != "" || (pod.Spec.SchedulingGroup != nil && pod.Spec.SchedulingGroup.PodGroupName != nil && *pod.Spec.SchedulingGroup.PodGroupName != "") {
+		return ""
+	}
+	name, _, _ := GangAnnotation(pod.Annotations, "name")
+	return name
+}
+
 // PodGroupPhase is the community API's summary of a group.
 type PodGroupPhase string
 
