@@ -36,12 +36,7 @@ type PodGroupReconciler struct {
 // SetupWithManager registers the reconciler; pod changes requeue their
 // PodGroup.
 func (r *PodGroupReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, annotatedGangField, func(o client.Object) []string {
-		if name := schedulingv1alpha1.AnnotatedGang(o.(*corev1.Pod)); name != "" {
-			return []string{name}
-		}
-		return nil
-	}); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, annotatedGangField, indexAnnotatedGang); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -103,7 +98,12 @@ func (r *PodGroupReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		if err := r.List(ctx, &pods, client.InNamespace(req.Namespace), client.MatchingLabels{schedulingv1alpha1.PodGroupLabel: req.Name}); err != nil {
 			return reconcile.Result{}, err
 		}
-		members = pods.Items
+		// Pods that name the gang only by annotation belong to it too.
+		annotated, err := r.annotatedMembers(ctx, req.NamespacedName)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		members = append(pods.Items, annotated...)
 	}
 	return reconcile.Result{}, r.updateStatus(ctx, &pg, members)
 }
@@ -111,6 +111,13 @@ func (r *PodGroupReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 // annotatedGangField indexes pods by the gang they declare with
 // annotations alone.
 const annotatedGangField = "strata.annotatedGang"
+
+func indexAnnotatedGang(o client.Object) []string {
+	if name := schedulingv1alpha1.AnnotatedGang(o.(*corev1.Pod)); name != "" {
+		return []string{name}
+	}
+	return nil
+}
 
 // annotatedMembers lists the pods that declare the gang with annotations.
 func (r *PodGroupReconciler) annotatedMembers(ctx context.Context, gang types.NamespacedName) ([]corev1.Pod, error) {
