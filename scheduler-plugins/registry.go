@@ -4,6 +4,9 @@
 package schedulerplugins
 
 import (
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/strata-sh/strata/scheduler-plugins/gang"
@@ -11,8 +14,11 @@ import (
 
 // Registry returns the out-of-tree plugins of strata-scheduler by name.
 // The in-tree plugins (including DynamicResources) are always present.
+// As kube-scheduler's in-tree registry does, it reads the process's
+// feature gates once and hands them to the plugins.
 func Registry() runtime.Registry {
+	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	return runtime.Registry{
-		gang.Name: gang.New,
+		gang.Name: runtime.FactoryAdapter[fwk.Plugin](fts, gang.New),
 	}
 }

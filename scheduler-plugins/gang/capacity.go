@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	resourcehelper "k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -49,8 +48,7 @@ type sliceHash struct {
 	sum             [32]byte
 }
 
-func newCapacityEstimator(dra fwk.SharedDRAManager) *capacityEstimator {
-	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+func newCapacityEstimator(dra fwk.SharedDRAManager, fts feature.Features) *capacityEstimator {
 	return &capacityEstimator{
 		dra:         dra,
 		celCache:    cel.NewCache(32, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity}),

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/dynamic"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
@@ -25,7 +24,7 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 )
 
 // Name of the plugin in the scheduler configuration.
@@ -102,8 +101,9 @@ var (
 var cores sync.Map // informers.SharedInformerFactory -> *Plugin
 
 // New creates the plugin, or returns the one already created for another
-// profile of the same scheduler.
-func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+// profile of the same scheduler. The scheduler's feature gates come in
+// fts (runtime.FactoryAdapter makes it a plugin factory).
+func New(ctx context.Context, _ runtime.Object, h fwk.Handle, fts feature.Features) (fwk.Plugin, error) {
 	if existing, ok := cores.Load(h.SharedInformerFactory()); ok {
 		existing.(*Plugin).profiles.add(h)
 		return existing.(*Plugin), nil
@@ -126,7 +126,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		pods:        informer.Lister(),
 		podIndex:    informer.Informer().GetIndexer(),
 		src:         newSources(ctx, dyn),
-		capacity:    newCapacityEstimator(h.SharedDRAManager()),
+		capacity:    newCapacityEstimator(h.SharedDRAManager(), fts),
 		pdbLister:   h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
 		plans:       map[string]*plan{},
 		nominations: map[string]*nomination{},
@@ -137,10 +137,10 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		allowed:     map[types.UID]string{},
 		sortCache:   map[string]sortEntry{},
 	}
-	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+	if fts.EnableGenericWorkload {
 		p.upstream = h.SharedInformerFactory().Scheduling().V1beta1().PodGroups().Lister()
 	}
-	if utilfeature.DefaultFeatureGate.Enabled(features.CompositePodGroup) {
+	if fts.EnableCompositePodGroup {
 		p.composites = h.SharedInformerFactory().Scheduling().V1alpha3().CompositePodGroups().Lister()
 	}
 	p.status = newStatusWriter(ctx, p.src, h.EventRecorder())

@@ -145,7 +145,9 @@ func (p *Plugin) GeneratePlacements(ctx context.Context, _ fwk.PodGroupCycleStat
 }
 
 // leafCapacities records, for every leaf group under pg, how many more of
-// its pods each node takes, measured by its first unscheduled pod.
+// its pods each node takes. A leaf is usually one pod template; where its
+// pods differ in shape, a node takes as many as the most demanding shape
+// allows there (conservative: the group cycle itself places the pods).
 func (p *Plugin) leafCapacities(ctx context.Context, pg fwk.PodGroupInfo, nodes []fwk.NodeInfo, caps map[string]map[string]int) error {
 	if children := pg.GetChildren(); len(children) > 0 {
 		for _, c := range children {
@@ -160,9 +162,25 @@ func (p *Plugin) leafCapacities(ctx context.Context, pg fwk.PodGroupInfo, nodes 
 		caps[pg.GetKey()] = map[string]int{}
 		return nil
 	}
-	capacity, _, err := p.capacity.capacities(ctx, pods[0], len(pods), nodes, nil, nil)
-	if err != nil {
-		return err
+	var capacity map[string]int
+	seen := map[string]bool{}
+	for _, pod := range pods {
+		key := shapeKey(pod)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		c, _, err := p.capacity.capacities(ctx, pod, len(pods), nodes, nil, nil)
+		if err != nil {
+			return err
+		}
+		if capacity == nil {
+			capacity = c
+			continue
+		}
+		for n, k := range capacity {
+			capacity[n] = min(k, c[n])
+		}
 	}
 	klog.FromContext(ctx).V(5).Info("Group capacity", "podGroup", pg.GetKey(), "pods", len(pods), "nodes", len(nodes), "capacity", capacity)
 	caps[pg.GetKey()] = capacity
