@@ -131,7 +131,11 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 	for i, u := range units {
 		plain[i] = u.Unit
 	}
+	bound := p.roomBound(ctx, shapes, nodes, units, base, probes[shapes[0].key], blocked)
 	set, ok, err := preemption.Choose(plain, func(set []int) (bool, error) {
+		if bound != nil && !bound.enough(set) {
+			return false, nil
+		}
 		_, err := place(set)
 		var tf *topology.Failure
 		if errors.As(err, &tf) {
@@ -624,4 +628,81 @@ func (p *Plugin) lastFailure(key string) failure {
 		return f
 	}
 	return failure{msg: fmt.Sprintf("gang %s could not be placed whole", key)}
+}
+
+// roomBound is an upper bound on how many members of the gang's scarcest
+// shape fit once a set of units is evicted, from two capacity estimates:
+// with no eviction, and with every candidate evicted. A node that no
+// evicted unit ran on keeps its capacity without evictions, because
+// what a victim frees (requests, pod slots, devices of node-local slices)
+// is on its own node. The victim search asks it before each simulation:
+// a set that cannot free enough room is turned down without planning
+// over every node (on a full cluster, most of the search's questions).
+type roomBound struct {
+	want      int
+	base, all map[string]int
+	unitNodes [][]string
+}
+
+// roomBound returns nil where the bound would not hold: a victim with
+// devices that are not node-local (freeing them helps other nodes).
+func (p *Plugin) roomBound(ctx context.Context, shapes []*shape, nodes []fwk.NodeInfo, units []victimUnit, allocated *structured.AllocatedState, probe *filterProbe, blocked sets.Set[string]) *roomBound {
+	if len(shapes) == 0 || len(units) == 0 {
+		return nil
+	}
+	b := &roomBound{want: shapes[0].pending, unitNodes: make([][]string, len(units))}
+	every := make([]int, len(units))
+	for i, u := range units {
+		every[i] = i
+		for _, v := range u.pods {
+			for _, c := range p.claimsOf(v) {
+				if c.Status.Allocation != nil && !nodeLocal(c.Status.Allocation.NodeSelector) {
+					return nil
+				}
+			}
+			b.unitNodes[i] = append(b.unitNodes[i], v.Spec.NodeName)
+		}
+	}
+	var err error
+	s := shapes[0]
+	if b.base, _, err = p.capacity.capacities(ctx, s.pod, s.pending, nodes, p.adjustFor(units, nil, allocated), probe); err != nil {
+		return nil
+	}
+	if b.all, _, err = p.capacity.capacities(ctx, s.pod, s.pending, nodes, p.adjustFor(units, every, allocated), probe); err != nil {
+		return nil
+	}
+	for n := range blocked {
+		b.base[n], b.all[n] = 0, 0
+	}
+	return b
+}
+
+// enough reports whether evicting set could make room for the scarcest
+// shape; false means it cannot.
+func (b *roomBound) enough(set []int) bool {
+	touched := sets.New[string]()
+	for _, i := range set {
+		touched.Insert(b.unitNodes[i]...)
+	}
+	total := 0
+	for n, c := range b.base {
+		if !touched.Has(n) {
+			total += c
+		}
+	}
+	for n := range touched {
+		total += b.all[n]
+	}
+	return total >= b.want
+}
+
+// nodeLocal reports whether an allocation's node selector names one node
+// (devices of a node's own slices), as the allocator writes it.
+func nodeLocal(sel *corev1.NodeSelector) bool {
+	if sel == nil || len(sel.NodeSelectorTerms) != 1 {
+		return false
+	}
+	t := sel.NodeSelectorTerms[0]
+	return len(t.MatchExpressions) == 0 && len(t.MatchFields) == 1 && t.MatchFields[0].Key == "metadata.name" &&
+		t.MatchFields[0].Operator == corev1.NodeSelectorOpIn && len(t.MatchFields[0].Values) == 1
 }
