@@ -71,7 +71,65 @@ func (s *Sim) snapshot(ctx context.Context) (string, bool, error) {
 		resting = false
 	}
 	sort.Strings(parts)
-	return strings.Join(parts, "\n"), resting, nil
+	caughtUp, err := s.controllersCaughtUp(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	return strings.Join(parts, "\n"), resting && caughtUp, nil
+}
+
+// controllersCaughtUp reports whether the workload controllers have acted
+// on the latest version of every workload object (its pods may not exist
+// yet right after it was applied).
+func (s *Sim) controllersCaughtUp(ctx context.Context) (bool, error) {
+	apps := s.ControlPlane.Client.AppsV1()
+	all := metav1.ListOptions{}
+	deployments, err := apps.Deployments(metav1.NamespaceAll).List(ctx, all)
+	if err != nil {
+		return false, fmt.Errorf("list deployments: %w", err)
+	}
+	for _, d := range deployments.Items {
+		if d.Status.ObservedGeneration < d.Generation {
+			return false, nil
+		}
+	}
+	replicaSets, err := apps.ReplicaSets(metav1.NamespaceAll).List(ctx, all)
+	if err != nil {
+		return false, fmt.Errorf("list replica sets: %w", err)
+	}
+	for _, r := range replicaSets.Items {
+		if r.Status.ObservedGeneration < r.Generation {
+			return false, nil
+		}
+	}
+	statefulSets, err := apps.StatefulSets(metav1.NamespaceAll).List(ctx, all)
+	if err != nil {
+		return false, fmt.Errorf("list stateful sets: %w", err)
+	}
+	for _, st := range statefulSets.Items {
+		if st.Status.ObservedGeneration < st.Generation {
+			return false, nil
+		}
+	}
+	daemonSets, err := apps.DaemonSets(metav1.NamespaceAll).List(ctx, all)
+	if err != nil {
+		return false, fmt.Errorf("list daemon sets: %w", err)
+	}
+	for _, d := range daemonSets.Items {
+		if d.Status.ObservedGeneration < d.Generation {
+			return false, nil
+		}
+	}
+	jobs, err := s.ControlPlane.Client.BatchV1().Jobs(metav1.NamespaceAll).List(ctx, all)
+	if err != nil {
+		return false, fmt.Errorf("list jobs: %w", err)
+	}
+	for _, j := range jobs.Items {
+		if j.Status.StartTime == nil && (j.Spec.Suspend == nil || !*j.Spec.Suspend) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 func isResting(p *corev1.Pod) bool {

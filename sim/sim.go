@@ -141,7 +141,17 @@ func (s *Sim) Report(ctx context.Context) (*report.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	return report.Collect(ctx, s.ControlPlane.Client, dyn, s.Cluster.Name, s.Nodes.Containers)
+	r, err := report.Collect(ctx, s.ControlPlane.Client, dyn, s.Cluster.Name, s.Nodes.Containers)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range s.applier.Uncontrolled() {
+		gvk := o.GroupVersionKind()
+		r.Uncontrolled = append(r.Uncontrolled, report.Object{APIVersion: o.GetAPIVersion(), Kind: gvk.Kind,
+			Namespace: o.GetNamespace(), Name: o.GetName(), Source: o.Source,
+			Message: fmt.Sprintf("applied; no controller in the simulated cluster runs %s.%s objects, so none of its pods exist (install its operator on a real cluster)", gvk.Kind, gvk.Group)})
+	}
+	return r, nil
 }
 
 // startController runs strata-controller against the control plane.

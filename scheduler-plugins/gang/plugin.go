@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -489,25 +490,42 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 		p.releaseGroup(g, fmt.Sprintf("member %s could not be placed", pod.Name))
 	}
 	if g.err != nil {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, g.err.Error())
+		return nil, afterPreFilter(fwk.NewStatus(fwk.UnschedulableAndUnresolvable, g.err.Error()), g.err.Error())
 	}
 	// UnschedulableAndUnresolvable from preempt also keeps the scheduler's
 	// pod-by-pod preemption from evicting for a single member.
+	why := p.lastFailure(g.key).msg
 	res, st := p.preempt(ctx, pod, g)
-	if !st.IsSuccess() {
-		p.mu.Lock()
-		if f, ok := p.failures[g.key]; ok {
-			f.outcome = st
-			p.failures[g.key] = f
-		}
-		p.mu.Unlock()
+	if st.IsSuccess() {
+		return res, st
 	}
-	if !st.IsSuccess() && !p.boundEnough(g) {
+	if !p.boundEnough(g) {
 		// One condition per attempt, written when the outcome is known,
 		// so the PodGroup says both why and whether eviction would help.
 		p.status.unschedulable(g, st.Message())
 	}
+	st = afterPreFilter(st, why)
+	p.mu.Lock()
+	if f, ok := p.failures[g.key]; ok {
+		f.outcome = st
+		p.failures[g.key] = f
+	}
+	p.mu.Unlock()
 	return res, st
+}
+
+// afterPreFilter drops from a PostFilter status what PreFilter already
+// said: kube-scheduler writes both into the pod's condition, one after
+// the other, and the reason would read twice.
+func afterPreFilter(st *fwk.Status, why string) *fwk.Status {
+	rest, found := strings.CutPrefix(st.Message(), why)
+	if !found || why == "" {
+		return st
+	}
+	if rest = strings.TrimLeft(rest, "; ."); rest == "" {
+		return fwk.NewStatus(st.Code())
+	}
+	return fwk.NewStatus(st.Code(), rest)
 }
 
 // Reserve implements fwk.ReservePlugin: the member takes its room in the

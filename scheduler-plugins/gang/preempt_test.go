@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
 )
 
 // The bound counts a node's room with evictions only where an evicted
@@ -52,6 +53,22 @@ func TestNodeLocal(t *testing.T) {
 	} {
 		if got := nodeLocal(tc.sel); got != tc.want {
 			t.Errorf("%s: nodeLocal = %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+// PostFilter's message follows PreFilter's in the pod's condition: what
+// PreFilter said is not repeated.
+func TestAfterPreFilter(t *testing.T) {
+	why := "gang default/job: 4 pods do not fit in the cluster: 2 of 4 pods fit"
+	for _, tc := range []struct{ msg, want string }{
+		{why, ""},
+		{why + "; evicting all 3 lower-priority jobs would not make room either, so nothing was evicted", "evicting all 3 lower-priority jobs would not make room either, so nothing was evicted"},
+		{"gang default/job: waiting for 2 pods evicted for it to terminate", "gang default/job: waiting for 2 pods evicted for it to terminate"},
+	} {
+		st := afterPreFilter(fwk.NewStatus(fwk.UnschedulableAndUnresolvable, tc.msg), why)
+		if st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != tc.want {
+			t.Errorf("afterPreFilter(%q) = %v %q, want %q", tc.msg, st.Code(), st.Message(), tc.want)
 		}
 	}
 }

@@ -156,6 +156,25 @@ func rank(kind string) int {
 type Applier struct {
 	dyn    dynamic.Interface
 	mapper *restmapper.DeferredDiscoveryRESTMapper
+	// uncontrolled are the applied objects no controller of the
+	// simulated cluster acts on.
+	uncontrolled []Object
+}
+
+// Controlled reports whether something in the simulated cluster acts on
+// objects of an API group: Kubernetes' own groups (kube-controller-
+// manager's controllers, the scheduler, the API server) and Strata's.
+// Other groups are other operators' custom resources (kubeflow.org
+// MPIJobs, jobset.x-k8s.io JobSets, batch.volcano.sh Jobs): they are
+// stored and nothing creates their pods.
+func Controlled(group string) bool {
+	return group == "" || !strings.Contains(group, ".") || strings.HasSuffix(group, ".k8s.io") || strings.HasSuffix(group, ".strata.sh")
+}
+
+// Uncontrolled returns the objects applied so far that no controller of
+// the simulated cluster acts on.
+func (a *Applier) Uncontrolled() []Object {
+	return a.uncontrolled
 }
 
 // New returns an Applier for the API server of config.
@@ -180,6 +199,9 @@ func (a *Applier) Apply(ctx context.Context, objs []Object) error {
 	for _, o := range sorted {
 		if err := a.applyOne(ctx, o); err != nil {
 			return err
+		}
+		if !Controlled(o.GroupVersionKind().Group) {
+			a.uncontrolled = append(a.uncontrolled, o)
 		}
 		if o.GetKind() == "CustomResourceDefinition" {
 			if err := a.waitEstablished(ctx, o.GetName()); err != nil {

@@ -33,7 +33,9 @@ import (
 // claims (and any other dependents) once their owner is gone; the
 // disruption controller keeps PodDisruptionBudget status, which preemption
 // reads; the device-taint eviction controller evicts pods from devices
-// with NoExecute taints.
+// with NoExecute taints; the workload controllers (WorkloadControllers)
+// create the pods of Deployments, StatefulSets, DaemonSets, Jobs and the
+// rest.
 func startControllers(ctx context.Context, config *restclient.Config, client kubernetes.Interface) error {
 	if err := startGarbageCollector(ctx, config, client); err != nil {
 		return err
@@ -42,6 +44,9 @@ func startControllers(ctx context.Context, config *restclient.Config, client kub
 		return err
 	}
 	if err := startResourceClaimController(ctx, client); err != nil {
+		return err
+	}
+	if err := startWorkloadControllers(ctx, client); err != nil {
 		return err
 	}
 	return startDeviceTaintEviction(ctx, client)

@@ -36,6 +36,20 @@ type Report struct {
 	Pods       []Pod   `json:"pods"`
 	Claims     []Claim `json:"claims"`
 	Gangs      []Gang  `json:"gangs,omitempty"`
+	// Uncontrolled lists applied objects of kinds no controller in the
+	// simulated cluster acts on (other operators' custom resources, such
+	// as MPIJob or JobSet): they exist, and nothing creates their pods.
+	Uncontrolled []Object `json:"uncontrolled,omitempty"`
+}
+
+// Object is an applied object, named with the file it came from.
+type Object struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name"`
+	Source     string `json:"source,omitempty"`
+	Message    string `json:"message"`
 }
 
 // Summary counts what the rest of the report lists.

@@ -81,6 +81,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "  gang %s/%s: %s\n", g.Namespace, g.Name, oneLine(g.Message))
 		}
 	}
+	if len(r.Uncontrolled) > 0 {
+		fmt.Fprintln(w, "\nApplied, but no controller runs them here:")
+		for _, o := range r.Uncontrolled {
+			name := o.Name
+			if o.Namespace != "" {
+				name = o.Namespace + "/" + o.Name
+			}
+			fmt.Fprintf(w, "  %s %s (%s): %s\n", o.Kind, name, o.APIVersion, o.Message)
+		}
+	}
 	first := true
 	for _, g := range r.Gangs {
 		if g.Preempted == "" {

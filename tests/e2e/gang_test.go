@@ -305,6 +305,23 @@ func TestGangNeedsFreeDevicesNotJustCPU(t *testing.T) {
 	e.occupy([]string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}, 1)
 	e.gang("big", 2, 2, 8, nil)
 	e.waitGangMessage("big", "(DRA devices)", 30*time.Second)
+	// The member's own condition gives the reason once (kube-scheduler
+	// joins PreFilter's and PostFilter's messages).
+	e.eventually(30*time.Second, "member big-0 says why", func(ctx context.Context) (bool, error) {
+		p, err := e.client.CoreV1().Pods("default").Get(ctx, "big-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+				if n := strings.Count(c.Message, "do not fit"); n > 1 {
+					return false, fmt.Errorf("reason given %d times: %s", n, c.Message)
+				}
+				return strings.Contains(c.Message, "do not fit"), nil
+			}
+		}
+		return false, nil
+	})
 	if n := boundCount(e.gangPods("big")); n != 0 {
 		t.Fatalf("%d members bound on nodes without 8 free GPUs", n)
 	}
