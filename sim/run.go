@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"time"
 
 	"k8s.io/klog/v2"
 
 	"github.com/strata-sh/strata/sim/apply"
 	"github.com/strata-sh/strata/sim/cluster"
+	"github.com/strata-sh/strata/sim/controlplane"
 )
 
 // Report formats.
@@ -40,7 +42,11 @@ type RunOptions struct {
 	Quiet time.Duration
 	// Dir is the work directory ("" for a temporary one).
 	Dir string
-	Out io.Writer
+	// FeatureGates and RuntimeConfig add to (and override) the cluster
+	// file's.
+	FeatureGates  map[string]bool
+	RuntimeConfig []string
+	Out           io.Writer
 }
 
 // Validate checks options before anything starts.
@@ -80,7 +86,20 @@ func Run(ctx context.Context, o RunOptions) error {
 			return err
 		}
 	}
-	s, err := Start(ctx, Config{Cluster: c, Dir: o.Dir})
+	gates := maps.Clone(c.FeatureGates)
+	if gates == nil {
+		gates = map[string]bool{}
+	}
+	maps.Copy(gates, o.FeatureGates)
+	if err := controlplane.ValidateFeatureGates(gates); err != nil {
+		return fmt.Errorf("feature gates: %w", err)
+	}
+	runtimeConfig := append(append([]string(nil), c.RuntimeConfig...), o.RuntimeConfig...)
+	if err := controlplane.ValidateRuntimeConfig(runtimeConfig); err != nil {
+		return err
+	}
+	s, err := Start(ctx, Config{Cluster: c, Dir: o.Dir, ControlPlane: controlplane.Options{
+		FeatureGates: gates, RuntimeConfig: controlplane.WithGateAPIs(gates, runtimeConfig)}})
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/strata-sh/strata/sim"
+	"github.com/strata-sh/strata/sim/controlplane"
 )
 
 const usage = `Usage: strata-sim run --cluster CLUSTER.yaml -f MANIFEST [-f MANIFEST ...] [--then MANIFEST ...] [flags]
@@ -52,9 +53,15 @@ func run(args []string) error {
 	fs.DurationVar(&opts.Timeout, "timeout", 2*time.Minute, "longest wait for pods to settle")
 	fs.DurationVar(&opts.Quiet, "quiet", 2*time.Second, "how long the cluster must be unchanged to count as settled")
 	fs.StringVar(&opts.Dir, "work-dir", "", "work directory (default: a new temporary directory, removed on exit)")
+	gates := fs.String("feature-gates", "", "Kubernetes feature gates for the whole control plane, Name=true|false,... (over the cluster file's featureGates)")
+	fs.StringSliceVar(&opts.RuntimeConfig, "runtime-config", nil, "API versions to serve or not, group/version=true|false,... (added to the cluster file's runtimeConfig)")
 	verbosity := fs.IntP("verbosity", "v", -1, "log verbosity; below 0 logs nothing")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	var err error
+	if opts.FeatureGates, err = controlplane.ParseFeatureGates(*gates); err != nil {
+		return fmt.Errorf("--feature-gates: %w", err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %v", fs.Args())

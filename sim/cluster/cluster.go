@@ -32,6 +32,13 @@ type Cluster struct {
 	Name string `json:"name,omitempty"`
 	// NodeGroups are created in order.
 	NodeGroups []NodeGroup `json:"nodeGroups"`
+	// FeatureGates turn Kubernetes feature gates on or off for the whole
+	// control plane, as --feature-gates of kube-apiserver does
+	// (strata-sim run --feature-gates overrides them one by one).
+	FeatureGates map[string]bool `json:"featureGates,omitempty"`
+	// RuntimeConfig enables or disables API versions, as --runtime-config
+	// of kube-apiserver does ("scheduling.k8s.io/v1beta1=true").
+	RuntimeConfig []string `json:"runtimeConfig,omitempty"`
 }
 
 // NodeGroup is a set of identical nodes.

@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 
 	"github.com/strata-sh/strata/internal/testutil"
 	"github.com/strata-sh/strata/scheduler-plugins/config"
+	"github.com/strata-sh/strata/sim"
 	"github.com/strata-sh/strata/sim/controlplane"
 )
 
@@ -167,4 +170,73 @@ func tail(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+// TestStrataSimFeatureGates: "strata-sim run --feature-gates
+// GenericWorkload=true" serves the workload API (the gate brings its
+// API version) and runs a v1beta1 PodGroup gang from a manifest, inside
+// one block. In a child process, because gates are process-wide.
+func TestStrataSimFeatureGates(t *testing.T) {
+	if os.Getenv(workloadEnv) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestStrataSimFeatureGates$", "-test.v")
+		cmd.Env = append(os.Environ(), workloadEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("feature-gate run failed: %v\n%s", err, tail(out, 4000))
+		}
+		return
+	}
+	r := runSim(t, sim.RunOptions{ClusterFile: examplesDir + "/workloads/cluster.yaml", Manifests: []string{examplesDir + "/workload-api"},
+		FeatureGates: map[string]bool{"GenericWorkload": true}})
+	block := map[string]string{}
+	for _, n := range r.Nodes {
+		block[n.Name] = n.Labels[blockLabel]
+	}
+	blocks := map[string]bool{}
+	for _, p := range r.Pods {
+		if p.Phase != "Running" {
+			t.Errorf("%s is %s: %s", p.Name, p.Phase, p.Message)
+		}
+		blocks[block[p.Node]] = true
+	}
+	if len(r.Pods) != 2 || len(blocks) != 1 {
+		t.Errorf("%d pods in blocks %v, want the 2 members in one block", len(r.Pods), keys(blocks))
+	}
+}
+
+// TestStrataSimRefusesUnknownGates: a misspelt gate stops the run before
+// anything boots, naming the gate.
+func TestStrataSimRefusesUnknownGates(t *testing.T) {
+	err := sim.Run(context.Background(), sim.RunOptions{ClusterFile: examplesDir + "/workloads/cluster.yaml", Format: sim.FormatJSON, Timeout: time.Minute,
+		FeatureGates: map[string]bool{"GenericWorkloads": true}, Out: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "GenericWorkloads") {
+		t.Errorf("run with an unknown gate: %v, want an error naming it", err)
+	}
+}
+
+// The forms --feature-gates and --runtime-config accept, and the API
+// versions gates bring with them.
+func TestFeatureGateAndRuntimeConfigForms(t *testing.T) {
+	gates, err := controlplane.ParseFeatureGates("GenericWorkload=true, DRAPartitionableDevices=false")
+	if err != nil || len(gates) != 2 || !gates["GenericWorkload"] || gates["DRAPartitionableDevices"] {
+		t.Errorf("ParseFeatureGates = %v, %v", gates, err)
+	}
+	for _, bad := range []string{"GenericWorkload", "GenericWorkload=yes please"} {
+		if _, err := controlplane.ParseFeatureGates(bad); err == nil {
+			t.Errorf("ParseFeatureGates(%q) accepted", bad)
+		}
+	}
+	for entry, ok := range map[string]bool{
+		"scheduling.k8s.io/v1beta1=true": true, "scheduling.k8s.io/v1alpha3": true, "api/alpha=false": true, "v1=true": true,
+		"scheduling.k8s.io": false, "scheduling.k8s.io/v1beta1=maybe": false, "/v1=true": false,
+	} {
+		if err := controlplane.ValidateRuntimeConfig([]string{entry}); (err == nil) != ok {
+			t.Errorf("ValidateRuntimeConfig(%q) = %v, want accepted %v", entry, err, ok)
+		}
+	}
+	got := controlplane.WithGateAPIs(map[string]bool{"GenericWorkload": true, "CompositePodGroup": true}, []string{"scheduling.k8s.io/v1alpha3=false"})
+	want := []string{"scheduling.k8s.io/v1alpha3=false", "scheduling.k8s.io/v1beta1=true"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("WithGateAPIs = %v, want %v (the user's own setting kept)", got, want)
+	}
 }
