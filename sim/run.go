@@ -49,6 +49,18 @@ type RunOptions struct {
 	Out           io.Writer
 }
 
+// writeReport prints the report in the chosen format.
+func (o *RunOptions) writeReport(ctx context.Context, s *Sim) error {
+	r, err := s.Report(ctx)
+	if err != nil {
+		return err
+	}
+	if o.Format == FormatJSON {
+		return r.WriteJSON(o.Out)
+	}
+	return r.WriteTable(o.Out)
+}
+
 // Validate checks options before anything starts.
 func (o *RunOptions) Validate() error {
 	if o.ClusterFile == "" {
@@ -112,6 +124,13 @@ func Run(ctx context.Context, o RunOptions) error {
 	}
 	for i, step := range append([][]apply.Object{objs}, steps...) {
 		if err := s.Apply(ctx, step); err != nil {
+			// What the earlier steps did is still worth seeing.
+			if rerr := o.writeReport(ctx, s); rerr != nil {
+				logger.Error(rerr, "Cannot write the report")
+			}
+			if i > 0 {
+				return fmt.Errorf("step %d (--then %s): %w", i, o.Then[i-1], err)
+			}
 			return err
 		}
 		settled, err := s.WaitSettled(ctx, o.Quiet, o.Timeout)
@@ -122,16 +141,7 @@ func Run(ctx context.Context, o RunOptions) error {
 			logger.Info("Pods did not settle before the timeout; going on with the current state", "step", i, "timeout", o.Timeout)
 		}
 	}
-	r, err := s.Report(ctx)
-	if err != nil {
-		return err
-	}
-	if o.Format == FormatJSON {
-		err = r.WriteJSON(o.Out)
-	} else {
-		err = r.WriteTable(o.Out)
-	}
-	if err != nil || o.Once {
+	if err := o.writeReport(ctx, s); err != nil || o.Once {
 		return err
 	}
 	logger.Info("Serving until interrupted", "apiServer", s.ControlPlane.Config.Host)

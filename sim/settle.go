@@ -9,7 +9,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+
+	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
 
 	"github.com/strata-sh/strata/sim/node"
 )
@@ -49,7 +52,7 @@ func (s *Sim) snapshot(ctx context.Context) (string, bool, error) {
 	if err != nil {
 		return "", false, fmt.Errorf("list pods: %w", err)
 	}
-	var failing map[types.UID]bool
+	var failing, held map[types.UID]bool
 	resting := true
 	parts := make([]string, 0, len(pods.Items))
 	for i := range pods.Items {
@@ -65,6 +68,19 @@ func (s *Sim) snapshot(ctx context.Context) (string, bool, error) {
 				}
 			}
 			if failing[p.UID] {
+				continue
+			}
+		}
+		if p.Spec.NodeName == "" && scheduledCondition(p) == "" {
+			// Held before scheduling (a gang short of members, a claim
+			// template that does not exist): resting once something says
+			// why.
+			if held == nil {
+				if held, err = s.heldWithReason(ctx); err != nil {
+					return "", false, err
+				}
+			}
+			if held[p.UID] {
 				continue
 			}
 		}
@@ -159,6 +175,51 @@ func (s *Sim) failingPrepare(ctx context.Context) (map[types.UID]bool, error) {
 	out := map[types.UID]bool{}
 	for _, ev := range events.Items {
 		out[ev.InvolvedObject.UID] = true
+	}
+	return out, nil
+}
+
+// heldWithReason returns the unscheduled pods that something explains:
+// a warning event on the pod, or a Scheduled=False condition on its
+// PodGroup.
+func (s *Sim) heldWithReason(ctx context.Context) (map[types.UID]bool, error) {
+	client := s.ControlPlane.Client
+	events, err := client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	out := map[types.UID]bool{}
+	for _, ev := range events.Items {
+		if ev.InvolvedObject.Kind == "Pod" {
+			out[ev.InvolvedObject.UID] = true
+		}
+	}
+	waiting := map[string]bool{}
+	if s.dyn != nil {
+		list, err := s.dyn.Resource(schedulingv1alpha1.GroupVersion.WithResource("podgroups")).Namespace(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			for _, u := range list.Items {
+				conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+				for _, c := range conds {
+					if m, ok := c.(map[string]any); ok && m["type"] == schedulingv1alpha1.ConditionScheduled && m["status"] == "False" {
+						waiting[u.GetNamespace()+"/"+u.GetName()] = true
+					}
+				}
+			}
+		}
+	}
+	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	for _, p := range pods.Items {
+		name := p.Labels[schedulingv1alpha1.PodGroupLabel]
+		if name == "" {
+			name = schedulingv1alpha1.AnnotatedGang(&p)
+		}
+		if name != "" && waiting[p.Namespace+"/"+name] {
+			out[p.UID] = true
+		}
 	}
 	return out, nil
 }

@@ -43,6 +43,7 @@ type Sim struct {
 	Nodes          *node.Manager
 	Cluster        *cluster.Cluster
 	applier        *apply.Applier
+	dyn            dynamic.Interface
 	stopController func()
 	dir            string
 	ownDir         bool
@@ -84,6 +85,9 @@ func Start(ctx context.Context, cfg Config) (_ *Sim, finalErr error) {
 		return nil, err
 	}
 	s.ControlPlane = cp
+	if s.dyn, err = dynamic.NewForConfig(cp.Config); err != nil {
+		return nil, err
+	}
 	if err := s.startController(ctx); err != nil {
 		return nil, err
 	}
@@ -137,11 +141,7 @@ func (s *Sim) Apply(ctx context.Context, objs []apply.Object) error {
 
 // Report collects the current state.
 func (s *Sim) Report(ctx context.Context) (*report.Report, error) {
-	dyn, err := dynamic.NewForConfig(s.ControlPlane.Config)
-	if err != nil {
-		return nil, err
-	}
-	r, err := report.Collect(ctx, s.ControlPlane.Client, dyn, s.Cluster.Name, s.Nodes.Containers)
+	r, err := report.Collect(ctx, s.ControlPlane.Client, s.dyn, s.Cluster.Name, s.Nodes.Containers)
 	if err != nil {
 		return nil, err
 	}

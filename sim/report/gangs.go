@@ -30,12 +30,24 @@ type Gang struct {
 	// message when the gang waits.
 	Scheduled string `json:"scheduled,omitempty"`
 	Message   string `json:"message,omitempty"`
+	// Reason is the Scheduled condition's reason while the gang waits
+	// ("WaitingForMembers", "Unschedulable", "InvalidGang").
+	Reason string `json:"reason,omitempty"`
 	// Domains lists, per layer of the ClusterNetworkTopology, the domains
 	// the running members are in: "BlockLayer=block-1".
 	Domains []string `json:"domains,omitempty"`
 	// Preempted is the message of the gang's latest job-level
 	// preemption: the cost and the jobs evicted for it.
 	Preempted string `json:"preempted,omitempty"`
+}
+
+// gangOf names the PodGroup of a pod: by label, or the one
+// strata-controller keeps for a gang declared on annotations.
+func gangOf(p *corev1.Pod) string {
+	if name := p.Labels[schedulingv1alpha1.PodGroupLabel]; name != "" {
+		return name
+	}
+	return schedulingv1alpha1.AnnotatedGang(p)
 }
 
 // collectGangs reads PodGroups and places their members in the network.
@@ -68,7 +80,7 @@ func collectGangs(ctx context.Context, dyn dynamic.Interface, pods []corev1.Pod,
 		if c := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled); c != nil {
 			g.Scheduled = string(c.Status)
 			if c.Status != metav1.ConditionTrue {
-				g.Message = c.Message
+				g.Reason, g.Message = c.Reason, c.Message
 			}
 		}
 		domains := make([]map[string]bool, len(layers))
@@ -76,7 +88,7 @@ func collectGangs(ctx context.Context, dyn dynamic.Interface, pods []corev1.Pod,
 			domains[i] = map[string]bool{}
 		}
 		for _, p := range pods {
-			if p.Namespace != pg.Namespace || p.Labels[schedulingv1alpha1.PodGroupLabel] != pg.Name {
+			if p.Namespace != pg.Namespace || gangOf(&p) != pg.Name {
 				continue
 			}
 			g.Pods++

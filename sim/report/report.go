@@ -146,6 +146,15 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	if err != nil {
 		return nil, fmt.Errorf("list resource slices: %w", err)
 	}
+	classes, err := client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list device classes: %w", err)
+	}
+	knownClasses := map[string]bool{}
+	for _, c := range classes.Items {
+		knownClasses[c.Name] = true
+	}
+	findings := classFindings(ctx, classes.Items, slices.Items)
 	events, err := client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
@@ -182,6 +191,13 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	warnings := lastWarnings(events.Items)
 	for i := range pods.Items {
 		p := podReport(&pods.Items[i], claimByKey, full, warnings, containers)
+		if p.Reason == corev1.PodReasonUnschedulable {
+			var found []string
+			for _, c := range p.Claims {
+				found = append(found, claimFindings(claimByKey[key(p.Namespace, c.ResourceClaim)], knownClasses, findings)...)
+			}
+			p.Message = withFindings(p.Message, found)
+		}
 		r.Pods = append(r.Pods, p)
 		r.Summary.Pods++
 		switch corev1.PodPhase(p.Phase) {
@@ -203,6 +219,7 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 		if r.Gangs, err = collectGangs(ctx, dyn, pods.Items, nodes.Items, lastEvents(preemptions.Items)); err != nil {
 			return nil, err
 		}
+		explainByGang(r.Pods, pods.Items, r.Gangs)
 	}
 	sort.Slice(r.Nodes, func(i, j int) bool { return r.Nodes[i].Name < r.Nodes[j].Name })
 	sort.Slice(r.Pods, func(i, j int) bool {
@@ -319,11 +336,34 @@ func podReport(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim, fu
 		}
 	}
 	// Once bound, a pod's problem is on its node: the scheduler's earlier
-	// complaints no longer apply.
-	if ev, ok := warnings[pod.UID]; ok && pod.Spec.NodeName != "" {
+	// complaints no longer apply. Before the scheduler said anything, a
+	// warning from elsewhere (a claim template that does not exist) is
+	// the best explanation.
+	if ev, ok := warnings[pod.UID]; ok && (pod.Spec.NodeName != "" || p.Reason == "") {
 		p.Reason, p.Message = ev.Reason, ev.Message
 	}
 	return p
+}
+
+// explainByGang gives a pod that nothing else explains its gang's reason:
+// a member held back before scheduling (a gang short of members, an
+// invalid gang) has no condition of its own.
+func explainByGang(pods []Pod, raw []corev1.Pod, gangs []Gang) {
+	why := map[string]Gang{}
+	for _, g := range gangs {
+		if g.Message != "" {
+			why[key(g.Namespace, g.Name)] = g
+		}
+	}
+	for i := range pods {
+		p := &pods[i]
+		if p.Reason != "" || p.Phase == string(corev1.PodRunning) || p.Phase == string(corev1.PodSucceeded) {
+			continue
+		}
+		if g, ok := why[key(raw[i].Namespace, gangOf(&raw[i]))]; ok {
+			p.Reason, p.Message = g.Reason, g.Message // the message names the gang
+		}
+	}
 }
 
 // lastWarnings returns the newest warning event of every object, leaving
