@@ -321,7 +321,7 @@ func (e *env) describePods(ns string, names ...string) string {
 			fmt.Fprintf(&b, "\n%s: %v", name, err)
 			continue
 		}
-		fmt.Fprintf(&b, "\n%s: phase %s node %q", name, p.Status.Phase, p.Spec.NodeName)
+		fmt.Fprintf(&b, "\n%s: phase %s node %q nominated %q", name, p.Status.Phase, p.Spec.NodeName, p.Status.NominatedNodeName)
 		for _, c := range p.Status.Conditions {
 			fmt.Fprintf(&b, "; %s=%s %s %s", c.Type, c.Status, c.Reason, c.Message)
 		}

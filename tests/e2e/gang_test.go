@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -117,7 +118,7 @@ func (e *env) waitGangMessage(name, want string, timeout time.Duration) {
 func (e *env) waitGangRunning(name string, n int) []corev1.Pod {
 	e.t.Helper()
 	var pods []corev1.Pod
-	e.eventually(60*time.Second, "gang "+name+" running", func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		pods = e.gangPods(name)
 		running := 0
 		for _, p := range pods {
@@ -127,6 +128,16 @@ func (e *env) waitGangRunning(name string, n int) []corev1.Pod {
 		}
 		return running == n, nil
 	})
+	if err != nil {
+		// What the scheduler last said, for a failure seen only now and then.
+		names := make([]string, 0, len(pods))
+		for _, p := range pods {
+			names = append(names, p.Name)
+		}
+		var pg schedulingv1alpha1.PodGroup
+		_ = e.crClient().Get(e.ctx, client.ObjectKey{Namespace: "default", Name: name}, &pg)
+		e.t.Fatalf("gang %s running: %v\nPodGroup status: %+v\n%s", name, err, pg.Status, e.describePods("default", names...))
+	}
 	return pods
 }
 
