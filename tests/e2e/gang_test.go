@@ -101,7 +101,9 @@ func (e *env) waitPodGroup(name, what string, timeout time.Duration, ok func(*sc
 	e.eventually(timeout, what, func(ctx context.Context) (bool, error) {
 		var pg schedulingv1alpha1.PodGroup
 		if err := cr.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &pg); err != nil {
-			return false, err
+			// Not there yet: strata-controller creates the PodGroups of
+			// gangs declared on pods.
+			return false, client.IgnoreNotFound(err)
 		}
 		return ok(&pg, meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)), nil
 	})
