@@ -76,7 +76,7 @@ func (s *Sim) snapshot(ctx context.Context) (string, bool, error) {
 			// template that does not exist): resting once something says
 			// why.
 			if held == nil {
-				if held, err = s.heldWithReason(ctx); err != nil {
+				if held, err = s.heldWithReason(ctx, pods.Items); err != nil {
 					return "", false, err
 				}
 			}
@@ -182,7 +182,7 @@ func (s *Sim) failingPrepare(ctx context.Context) (map[types.UID]bool, error) {
 // heldWithReason returns the unscheduled pods that something explains:
 // a warning event on the pod, or a Scheduled=False condition on its
 // PodGroup.
-func (s *Sim) heldWithReason(ctx context.Context) (map[types.UID]bool, error) {
+func (s *Sim) heldWithReason(ctx context.Context, pods []corev1.Pod) (map[types.UID]bool, error) {
 	client := s.ControlPlane.Client
 	events, err := client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
 	if err != nil {
@@ -208,11 +208,7 @@ func (s *Sim) heldWithReason(ctx context.Context) (map[types.UID]bool, error) {
 			}
 		}
 	}
-	pods, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list pods: %w", err)
-	}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		name := p.Labels[schedulingv1alpha1.PodGroupLabel]
 		if name == "" {
 			name = schedulingv1alpha1.AnnotatedGang(&p)

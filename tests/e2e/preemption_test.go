@@ -378,20 +378,18 @@ func TestUnusableRoomClearsNominations(t *testing.T) {
 	}
 }
 
-// TestNominatedGPUsAreNotStolen: the DRA case of the test above. The
-// victims hold the node's GPUs; while they terminate, a lower-priority
-// pod asking for GPUs arrives. kube-scheduler counts a nominated pod's
-// CPU and memory for lower-priority pods, but not its claims: Strata keeps
-// the intruder off the nominated node, and the gang gets all 8 GPUs.
-func TestNominatedGPUsAreNotStolen(t *testing.T) {
-	e := startCluster(t, oneH100Node)
+// gpuGangNominatedOverHolders fills the one H100 node with two
+// low-priority pods of 4 GPUs each, held back from terminating by a
+// finalizer, and creates a high-priority gang of two 4-GPU members; it
+// returns once both members are nominated to the node.
+func (e *env) gpuGangNominatedOverHolders() []string {
+	e.t.Helper()
 	e.priorityClasses()
-	const finalizer = "test.strata.sh/hold"
 	holders := []string{"gpu-holder-0", "gpu-holder-1"}
 	for _, name := range holders {
 		e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 4).Template("default", name))
 		e.lowPod(name, "h100-0", "1", func(p *corev1.Pod) {
-			p.Finalizers = []string{finalizer}
+			p.Finalizers = []string{"test.strata.sh/hold"}
 			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(name)}}
 			p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
 		})
@@ -406,24 +404,54 @@ func TestNominatedGPUsAreNotStolen(t *testing.T) {
 		}
 		return true, nil
 	})
+	return holders
+}
+
+// lowGPUIntruder creates a low-priority pod asking for 4 GPUs.
+func (e *env) lowGPUIntruder() {
+	e.t.Helper()
 	e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 4).Template("default", "intruder"))
 	intruder := testutil.MakePod("intruder").ClaimTemplate("gpus", "intruder").Obj()
 	intruder.Spec.PriorityClassName = "low-priority"
 	e.createPod(intruder)
+}
+
+// releaseHolders lets the held pods terminate.
+func (e *env) releaseHolders(holders []string) {
+	e.t.Helper()
 	for _, name := range holders {
 		patch := []byte(`{"metadata":{"finalizers":null}}`)
 		if _, err := e.client.CoreV1().Pods("default").Patch(e.ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
+			e.t.Fatal(err)
 		}
 	}
+}
+
+// checkGangGotTheGPUs checks that the gang runs with 4 GPUs per member
+// and the intruder is still unbound.
+func (e *env) checkGangGotTheGPUs() {
+	e.t.Helper()
 	for _, p := range e.waitGangRunning("hp", 2) {
 		if n := len(e.claimResults(&p, "gpus")); n != 4 {
-			t.Errorf("%s holds %d GPUs, want 4", p.Name, n)
+			e.t.Errorf("%s holds %d GPUs, want 4", p.Name, n)
 		}
 	}
 	if p, err := e.client.CoreV1().Pods("default").Get(e.ctx, "intruder", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
-		t.Errorf("intruder bound to %q (err %v); the GPUs were freed for the gang", p.Spec.NodeName, err)
+		e.t.Errorf("intruder bound to %q (err %v); the GPUs were freed for the gang", p.Spec.NodeName, err)
 	}
+}
+
+// TestNominatedGPUsAreNotStolen: the DRA case of the test above. The
+// victims hold the node's GPUs; while they terminate, a lower-priority
+// pod asking for GPUs arrives. kube-scheduler counts a nominated pod's
+// CPU and memory for lower-priority pods, but not its claims: Strata keeps
+// the intruder off the nominated node, and the gang gets all 8 GPUs.
+func TestNominatedGPUsAreNotStolen(t *testing.T) {
+	e := startCluster(t, oneH100Node)
+	holders := e.gpuGangNominatedOverHolders()
+	e.lowGPUIntruder()
+	e.releaseHolders(holders)
+	e.checkGangGotTheGPUs()
 }
 
 // TestNominationsSurviveSchedulerRestart: the scheduler restarts while
@@ -433,49 +461,14 @@ func TestNominatedGPUsAreNotStolen(t *testing.T) {
 // pod asking for GPUs is kept off the room, and the gang gets it.
 func TestNominationsSurviveSchedulerRestart(t *testing.T) {
 	e := startCluster(t, oneH100Node)
-	e.priorityClasses()
-	const finalizer = "test.strata.sh/hold"
-	holders := []string{"gpu-holder-0", "gpu-holder-1"}
-	for _, name := range holders {
-		e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 4).Template("default", name))
-		e.lowPod(name, "h100-0", "1", func(p *corev1.Pod) {
-			p.Finalizers = []string{finalizer}
-			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(name)}}
-			p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
-		})
-	}
-	e.hpGang("hp", 2, "2", 4, nil)
-	e.eventually(30*time.Second, "members nominated", func(ctx context.Context) (bool, error) {
-		for i := 0; i < 2; i++ {
-			p, err := e.client.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("hp-%d", i), metav1.GetOptions{})
-			if err != nil || p.Status.NominatedNodeName != "h100-0" {
-				return false, err
-			}
-		}
-		return true, nil
-	})
+	holders := e.gpuGangNominatedOverHolders()
 	if err := e.sim.ControlPlane.RestartScheduler(); err != nil {
 		t.Fatal(err)
 	}
 	// The new scheduler says what the gang waits for: the rebuilt
 	// nomination's victims, not a new round of evictions.
 	e.waitGangMessage("hp", "waiting for 2 pods evicted for it to terminate", 60*time.Second)
-	e.createTemplate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 4).Template("default", "intruder"))
-	intruder := testutil.MakePod("intruder").ClaimTemplate("gpus", "intruder").Obj()
-	intruder.Spec.PriorityClassName = "low-priority"
-	e.createPod(intruder)
-	for _, name := range holders {
-		patch := []byte(`{"metadata":{"finalizers":null}}`)
-		if _, err := e.client.CoreV1().Pods("default").Patch(e.ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, p := range e.waitGangRunning("hp", 2) {
-		if n := len(e.claimResults(&p, "gpus")); n != 4 {
-			t.Errorf("%s holds %d GPUs, want 4", p.Name, n)
-		}
-	}
-	if p, err := e.client.CoreV1().Pods("default").Get(e.ctx, "intruder", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
-		t.Errorf("intruder bound to %q (err %v); the GPUs were freed for the gang", p.Spec.NodeName, err)
-	}
+	e.lowGPUIntruder()
+	e.releaseHolders(holders)
+	e.checkGangGotTheGPUs()
 }
