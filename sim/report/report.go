@@ -221,6 +221,7 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 		}
 		explainByGang(r.Pods, pods.Items, r.Gangs)
 	}
+	explainByWarning(r.Pods, pods.Items, warnings)
 	sort.Slice(r.Nodes, func(i, j int) bool { return r.Nodes[i].Name < r.Nodes[j].Name })
 	sort.Slice(r.Pods, func(i, j int) bool {
 		return key(r.Pods[i].Namespace, r.Pods[i].Name) < key(r.Pods[j].Namespace, r.Pods[j].Name)
@@ -336,13 +337,27 @@ func podReport(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim, fu
 		}
 	}
 	// Once bound, a pod's problem is on its node: the scheduler's earlier
-	// complaints no longer apply. Before the scheduler said anything, a
-	// warning from elsewhere (a claim template that does not exist) is
-	// the best explanation.
-	if ev, ok := warnings[pod.UID]; ok && (pod.Spec.NodeName != "" || p.Reason == "") {
+	// complaints no longer apply.
+	if ev, ok := warnings[pod.UID]; ok && pod.Spec.NodeName != "" {
 		p.Reason, p.Message = ev.Reason, ev.Message
 	}
 	return p
+}
+
+// explainByWarning gives a pod that neither the scheduler nor its gang
+// explains the newest warning on it (a claim template that does not
+// exist). It comes after the gang's condition, which is current, where
+// a warning may be from before the gang's PodGroup existed.
+func explainByWarning(pods []Pod, raw []corev1.Pod, warnings map[types.UID]corev1.Event) {
+	for i := range pods {
+		p := &pods[i]
+		if p.Reason != "" || p.Phase == string(corev1.PodRunning) || p.Phase == string(corev1.PodSucceeded) {
+			continue
+		}
+		if ev, ok := warnings[raw[i].UID]; ok {
+			p.Reason, p.Message = ev.Reason, ev.Message
+		}
+	}
 }
 
 // explainByGang gives a pod that nothing else explains its gang's reason:
