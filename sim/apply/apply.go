@@ -39,6 +39,23 @@ const FieldManager = "strata-sim"
 type Object struct {
 	*unstructured.Unstructured
 	Source string
+	// Doc is the object's document in Source, counted from 1; Item is its
+	// position in a List document, counted from 1 (0 outside lists).
+	Doc, Item int
+}
+
+// Where names the object for a user: file, document and, for a List
+// item, its position, then kind and name.
+func (o Object) Where() string {
+	doc := fmt.Sprintf("%s: document %d", o.Source, o.Doc)
+	if o.Item > 0 {
+		doc += fmt.Sprintf(" (item %d)", o.Item)
+	}
+	name := qualified(o)
+	if name == "" {
+		name = o.GetGenerateName() + "*"
+	}
+	return fmt.Sprintf("%s: %s %s", doc, o.GetKind(), name)
 }
 
 // ReadPaths reads manifests from files and directories (non-recursive,
@@ -93,7 +110,7 @@ func expand(p string) ([]string, error) {
 func Decode(raw []byte, source string) ([]Object, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
 	var objs []Object
-	for i := 0; ; i++ {
+	for i := 1; ; i++ {
 		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -113,8 +130,10 @@ func Decode(raw []byte, source string) ([]Object, error) {
 			continue
 		}
 		if u.IsList() {
+			item := 0
 			err := u.EachListItem(func(o runtime.Object) error {
-				objs = append(objs, Object{Unstructured: o.(*unstructured.Unstructured), Source: source})
+				item++
+				objs = append(objs, Object{Unstructured: o.(*unstructured.Unstructured), Source: source, Doc: i, Item: item})
 				return nil
 			})
 			if err != nil {
@@ -122,7 +141,7 @@ func Decode(raw []byte, source string) ([]Object, error) {
 			}
 			continue
 		}
-		objs = append(objs, Object{Unstructured: u, Source: source})
+		objs = append(objs, Object{Unstructured: u, Source: source, Doc: i})
 	}
 }
 
@@ -193,40 +212,157 @@ func New(config *restclient.Config) (*Applier, error) {
 // Apply creates or updates the objects in dependency order. Objects with a
 // name are server-side applied, objects with only generateName are
 // created. It waits for CRDs to be established before using their kinds.
+//
+// Nothing is created until every object has passed a server-side dry
+// run (validation, defaulting, admission, strict field checks), so a bad
+// document is named with its file, document and field and leaves nothing
+// behind. Objects whose kind a CRD of the same apply defines cannot be
+// dry-run before that CRD exists; if the API server refuses one of them
+// when it is created, the objects this call created are deleted again.
 func (a *Applier) Apply(ctx context.Context, objs []Object) error {
 	sorted := append([]Object(nil), objs...)
 	sort.SliceStable(sorted, func(i, j int) bool { return rank(sorted[i].GetKind()) < rank(sorted[j].GetKind()) })
+	for i := range sorted {
+		// Each object is changed below (default namespace); the caller's
+		// stay as they were.
+		sorted[i].Unstructured = sorted[i].DeepCopy()
+	}
+	if err := a.dryRun(ctx, sorted); err != nil {
+		return err
+	}
+	var created []created
 	for _, o := range sorted {
-		if err := a.applyOne(ctx, o); err != nil {
+		c, err := a.applyOne(ctx, o, false)
+		if c != nil {
+			created = append(created, *c)
+		}
+		if err != nil {
+			err = fmt.Errorf("%s: %w", o.Where(), err)
+		} else {
+			err = a.afterApply(ctx, o)
+		}
+		if err != nil {
+			if rerr := a.rollback(ctx, created); rerr != nil {
+				return errors.Join(err, rerr)
+			}
 			return err
 		}
 		if !Controlled(o.GroupVersionKind().Group) {
 			a.uncontrolled = append(a.uncontrolled, o)
 		}
-		if o.GetKind() == "CustomResourceDefinition" {
-			if err := a.waitEstablished(ctx, o.GetName()); err != nil {
-				return err
-			}
-			a.mapper.Reset()
+	}
+	return nil
+}
+
+// afterApply waits until what an object declares can be used by the
+// objects after it.
+func (a *Applier) afterApply(ctx context.Context, o Object) error {
+	switch o.GetKind() {
+	case "CustomResourceDefinition":
+		if err := a.waitEstablished(ctx, o.GetName()); err != nil {
+			return fmt.Errorf("%s: not established: %w", o.Where(), err)
 		}
-		if o.GetKind() == "PriorityClass" {
-			if err := a.waitPriorityClass(ctx, o.GetName()); err != nil {
-				return fmt.Errorf("%s: PriorityClass %s: %w", o.Source, o.GetName(), err)
-			}
+		a.mapper.Reset()
+	case "PriorityClass":
+		if err := a.waitPriorityClass(ctx, o.GetName()); err != nil {
+			return fmt.Errorf("%s: %w", o.Where(), err)
 		}
 	}
 	return nil
 }
 
-func (a *Applier) applyOne(ctx context.Context, o Object) error {
+// dryRun checks every object with a server-side dry run and returns all
+// refusals at once. What the apply itself provides is taken as present: a
+// namespaced object whose namespace the apply creates is checked in the
+// default namespace, a pod whose PriorityClass the apply creates is
+// checked without it, and an object whose kind a CRD of the apply defines
+// is left to its creation.
+func (a *Applier) dryRun(ctx context.Context, objs []Object) error {
+	namespaces, classes, kinds := map[string]bool{}, map[string]bool{}, map[schema.GroupKind]bool{}
+	for _, o := range objs {
+		switch o.GroupVersionKind().GroupKind() {
+		case schema.GroupKind{Kind: "Namespace"}:
+			namespaces[o.GetName()] = true
+		case schema.GroupKind{Group: "scheduling.k8s.io", Kind: "PriorityClass"}:
+			classes[o.GetName()] = true
+		case schema.GroupKind{Group: apiextensionsv1.GroupName, Kind: "CustomResourceDefinition"}:
+			group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
+			kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
+			kinds[schema.GroupKind{Group: group, Kind: kind}] = true
+		}
+	}
+	var errs []error
+	for _, o := range objs {
+		gk := o.GroupVersionKind().GroupKind()
+		if kinds[gk] {
+			if _, err := a.mapping(o); err != nil {
+				continue // the CRD is not installed yet
+			}
+		}
+		probe := Object{Unstructured: o.DeepCopy(), Source: o.Source, Doc: o.Doc, Item: o.Item}
+		if namespaces[probe.GetNamespace()] && !a.namespaceExists(ctx, probe.GetNamespace()) {
+			probe.SetNamespace(metav1.NamespaceDefault)
+		}
+		if gk == (schema.GroupKind{Kind: "Pod"}) {
+			if name, _, _ := unstructured.NestedString(probe.Object, "spec", "priorityClassName"); classes[name] {
+				unstructured.RemoveNestedField(probe.Object, "spec", "priorityClassName")
+				unstructured.RemoveNestedField(probe.Object, "spec", "priority")
+			}
+		}
+		if _, err := a.applyOne(ctx, probe, true); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", o.Where(), err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("nothing applied; the API server refuses %d of %d objects:\n%w", len(errs), len(objs), errors.Join(errs...))
+	}
+	return nil
+}
+
+func (a *Applier) namespaceExists(ctx context.Context, name string) bool {
+	_, err := a.dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Get(ctx, name, metav1.GetOptions{})
+	return err == nil
+}
+
+// created is an object that an Apply call created (rather than changed).
+type created struct {
+	ri   dynamic.ResourceInterface
+	name string
+	what string
+}
+
+// rollback deletes the objects an Apply call created, latest first (pods
+// before their claims, templates and namespaces).
+func (a *Applier) rollback(ctx context.Context, objs []created) error {
+	var errs []error
+	background := metav1.DeletePropagationBackground
+	for i := len(objs) - 1; i >= 0; i-- {
+		err := objs[i].ri.Delete(ctx, objs[i].name, metav1.DeleteOptions{PropagationPolicy: &background})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("undo %s: %w", objs[i].what, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (a *Applier) mapping(o Object) (*meta.RESTMapping, error) {
 	gvk := o.GroupVersionKind()
 	mapping, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if meta.IsNoMatchError(err) {
 		a.mapper.Reset()
 		mapping, err = a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	}
+	return mapping, err
+}
+
+// applyOne applies one object (dryRun: only checks it). It returns the
+// object's handle if the call created it. Unknown and duplicate fields
+// are errors, not warnings: a misspelt field would otherwise be dropped
+// without a word.
+func (a *Applier) applyOne(ctx context.Context, o Object, dryRun bool) (*created, error) {
+	mapping, err := a.mapping(o)
 	if err != nil {
-		return fmt.Errorf("%s: %s %s: %w", o.Source, gvk.Kind, o.GetName(), err)
+		return nil, err
 	}
 	var ri dynamic.ResourceInterface = a.dyn.Resource(mapping.Resource)
 	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
@@ -235,21 +371,37 @@ func (a *Applier) applyOne(ctx context.Context, o Object) error {
 		}
 		ri = a.dyn.Resource(mapping.Resource).Namespace(o.GetNamespace())
 	}
+	var dry []string
+	if dryRun {
+		dry = []string{metav1.DryRunAll}
+	}
 	if o.GetName() == "" {
-		if _, err := ri.Create(ctx, o.Unstructured, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
-			return fmt.Errorf("%s: create %s %s: %w", o.Source, gvk.Kind, o.GetGenerateName(), err)
+		got, err := ri.Create(ctx, o.Unstructured, metav1.CreateOptions{FieldManager: FieldManager, DryRun: dry, FieldValidation: metav1.FieldValidationStrict})
+		if err != nil {
+			return nil, explain(o, err)
 		}
-		return nil
+		if dryRun {
+			return nil, nil
+		}
+		return &created{ri: ri, name: got.GetName(), what: o.Where()}, nil
+	}
+	existed := true
+	if !dryRun {
+		_, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{})
+		existed = !apierrors.IsNotFound(err)
 	}
 	body, err := o.MarshalJSON()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	force := true
-	if _, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: &force}); err != nil {
-		return fmt.Errorf("%s: apply %s %s: %w", o.Source, gvk.Kind, qualified(o), err)
+	if _, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: &force, DryRun: dry, FieldValidation: metav1.FieldValidationStrict}); err != nil {
+		return nil, explain(o, err)
 	}
-	return nil
+	if existed {
+		return nil, nil
+	}
+	return &created{ri: ri, name: o.GetName(), what: o.Where()}, nil
 }
 
 func (a *Applier) waitEstablished(ctx context.Context, name string) error {

@@ -5,23 +5,24 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/apimachinery/pkg/util/wait"
 	cacheddiscovery "k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/scale"
 	"k8s.io/controller-manager/pkg/informerfactory"
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/controller/devicetainteviction"
 	"k8s.io/kubernetes/pkg/controller/disruption"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
-
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
+	namespacecontroller "k8s.io/kubernetes/pkg/controller/namespace"
 	"k8s.io/kubernetes/pkg/controller/resourceclaim"
 	"k8s.io/kubernetes/pkg/features"
 )
@@ -31,30 +32,44 @@ import (
 // ResourceClaimTemplates, removes finished pods from status.reservedFor and
 // deallocates unreserved claims; the garbage collector deletes generated
 // claims (and any other dependents) once their owner is gone; the
+// namespace controller empties and removes deleted namespaces; the
 // disruption controller keeps PodDisruptionBudget status, which preemption
 // reads; the device-taint eviction controller evicts pods from devices
 // with NoExecute taints; the workload controllers (WorkloadControllers)
 // create the pods of Deployments, StatefulSets, DaemonSets, Jobs and the
 // rest.
+//
+// As in kube-controller-manager, all of them share one informer factory:
+// one watch and one cache per resource, however many controllers read it
+// (pods alone are read by six).
 func startControllers(ctx context.Context, config *restclient.Config, client kubernetes.Interface) error {
-	if err := startGarbageCollector(ctx, config, client); err != nil {
+	factory := informers.NewSharedInformerFactory(client, 0)
+	metadataClient, err := metadata.NewForConfig(config)
+	if err != nil {
 		return err
 	}
-	if err := startDisruptionController(ctx, config, client); err != nil {
+	if err := startGarbageCollector(ctx, client, metadataClient, factory); err != nil {
 		return err
 	}
-	if err := startResourceClaimController(ctx, client); err != nil {
+	startNamespaceController(ctx, client, metadataClient, factory)
+	if err := startDisruptionController(ctx, config, client, factory); err != nil {
 		return err
 	}
-	if err := startWorkloadControllers(ctx, client); err != nil {
+	if err := startResourceClaimController(ctx, client, factory); err != nil {
 		return err
 	}
-	return startDeviceTaintEviction(ctx, client)
+	if err := startWorkloadControllers(ctx, client, factory); err != nil {
+		return err
+	}
+	startDeviceTaintEviction(ctx, client, factory)
+	// Informers asked for above start now; the controllers wait for their
+	// caches themselves.
+	factory.Start(ctx.Done())
+	return nil
 }
 
-func startResourceClaimController(ctx context.Context, client kubernetes.Interface) error {
+func startResourceClaimController(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) error {
 	logger := klog.LoggerWithName(klog.FromContext(ctx), "resourceclaim-controller")
-	factory := informers.NewSharedInformerFactory(client, 0)
 	// The PodGroup informer is only used with the workload API; taking it
 	// from a factory that is never started otherwise keeps it from
 	// listing an API that may not be served.
@@ -72,7 +87,6 @@ func startResourceClaimController(ctx context.Context, client kubernetes.Interfa
 	if err != nil {
 		return fmt.Errorf("create ResourceClaim controller: %w", err)
 	}
-	factory.Start(ctx.Done())
 	go ctrl.Run(klog.NewContext(ctx, logger), 10)
 	return nil
 }
@@ -81,10 +95,9 @@ func startResourceClaimController(ctx context.Context, client kubernetes.Interfa
 // in 1.37): pods whose allocated devices carry a NoExecute taint, from a
 // driver's slice or a DeviceTaintRule, and do not tolerate it are
 // evicted, so that their claims are released and unprepared.
-func startDeviceTaintEviction(ctx context.Context, client kubernetes.Interface) error {
+func startDeviceTaintEviction(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) {
 	logger := klog.LoggerWithName(klog.FromContext(ctx), "device-taint-eviction-controller")
 	ctx = klog.NewContext(ctx, logger)
-	factory := informers.NewSharedInformerFactory(client, 0)
 	ctrl := devicetainteviction.New(client,
 		factory.Core().V1().Pods(),
 		factory.Resource().V1().ResourceClaims(),
@@ -92,23 +105,16 @@ func startDeviceTaintEviction(ctx context.Context, client kubernetes.Interface) 
 		factory.Resource().V1().DeviceTaintRules(),
 		factory.Resource().V1().DeviceClasses(),
 		"device-taint-eviction-controller")
-	factory.Start(ctx.Done())
 	go func() {
 		if err := ctrl.Run(ctx, 10); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Device taint eviction stopped")
 		}
 	}()
-	return nil
 }
 
-func startGarbageCollector(ctx context.Context, config *restclient.Config, client kubernetes.Interface) error {
-	metadataClient, err := metadata.NewForConfig(config)
-	if err != nil {
-		return err
-	}
+func startGarbageCollector(ctx context.Context, client kubernetes.Interface, metadataClient metadata.Interface, factory informers.SharedInformerFactory) error {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(cacheddiscovery.NewMemCacheClient(client.Discovery()))
 	mapper.Reset()
-	factory := informers.NewSharedInformerFactory(client, 0)
 	metadataInformers := metadatainformer.NewSharedInformerFactory(metadataClient, 0)
 	started := make(chan struct{})
 	close(started)
@@ -123,12 +129,22 @@ func startGarbageCollector(ctx context.Context, config *restclient.Config, clien
 	go wait.Until(mapper.Reset, syncPeriod, ctx.Done())
 	go gc.Run(ctx, 5, syncPeriod)
 	go gc.Sync(ctx, client.Discovery(), syncPeriod)
-	factory.Start(ctx.Done())
 	metadataInformers.Start(ctx.Done())
 	return nil
 }
 
-func startDisruptionController(ctx context.Context, config *restclient.Config, client kubernetes.Interface) error {
+// startNamespaceController deletes what a deleted namespace holds and
+// then the namespace, with kube-controller-manager's defaults (10
+// workers, a 5-minute resync).
+func startNamespaceController(ctx context.Context, client kubernetes.Interface, metadataClient metadata.Interface, factory informers.SharedInformerFactory) {
+	ctx = klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), "namespace-controller"))
+	nc := namespacecontroller.NewNamespaceController(ctx, client, metadataClient,
+		client.Discovery().ServerPreferredNamespacedResources,
+		factory.Core().V1().Namespaces(), 5*time.Minute, corev1.FinalizerKubernetes)
+	go nc.Run(ctx, 10)
+}
+
+func startDisruptionController(ctx context.Context, config *restclient.Config, client kubernetes.Interface, factory informers.SharedInformerFactory) error {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(cacheddiscovery.NewMemCacheClient(client.Discovery()))
 	scales, err := scale.NewForConfig(config, mapper, dynamic.LegacyAPIPathResolverFunc, scale.NewDiscoveryScaleKindResolver(client.Discovery()))
 	if err != nil {
@@ -136,7 +152,6 @@ func startDisruptionController(ctx context.Context, config *restclient.Config, c
 	}
 	logger := klog.LoggerWithName(klog.FromContext(ctx), "disruption-controller")
 	ctx = klog.NewContext(ctx, logger)
-	factory := informers.NewSharedInformerFactory(client, 0)
 	dc := disruption.NewDisruptionController(ctx,
 		factory.Core().V1().Pods(),
 		factory.Policy().V1().PodDisruptionBudgets(),
@@ -145,7 +160,6 @@ func startDisruptionController(ctx context.Context, config *restclient.Config, c
 		factory.Apps().V1().Deployments(),
 		factory.Apps().V1().StatefulSets(),
 		client, mapper, scales, client.Discovery())
-	factory.Start(ctx.Done())
 	go dc.Run(ctx, 1)
 	return nil
 }

@@ -29,10 +29,9 @@ var WorkloadControllers = []string{"deployment", "replicaset", "replicationcontr
 // controllers, so that Deployments, ReplicaSets, ReplicationControllers,
 // StatefulSets, DaemonSets, Jobs and CronJobs create their pods as in a
 // real cluster.
-// They share one informer factory; the worker counts are
-// kube-controller-manager's defaults.
-func startWorkloadControllers(ctx context.Context, client kubernetes.Interface) error {
-	factory := informers.NewSharedInformerFactory(client, 0)
+// The worker counts are kube-controller-manager's defaults; the caller
+// starts factory.
+func startWorkloadControllers(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory) error {
 	pods := factory.Core().V1().Pods()
 	named := func(name string) context.Context {
 		return klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), name+"-controller"))
@@ -64,7 +63,6 @@ func startWorkloadControllers(ctx context.Context, client kubernetes.Interface) 
 	if err != nil {
 		return fmt.Errorf("create CronJob controller: %w", err)
 	}
-	factory.Start(ctx.Done())
 	go dc.Run(named("deployment"), 5)
 	go rsc.Run(named("replicaset"), 5)
 	go rcm.Run(named("replicationcontroller"), 5)
