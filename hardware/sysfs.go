@@ -41,6 +41,21 @@ const (
 // the net/ and infiniband/ directories of NICs), proc/devices with the
 // NVIDIA majors, and a boot id.
 func WriteNode(root string, m Machine, bootID string) error {
+	if err := WriteMachine(root, m); err != nil {
+		return err
+	}
+	return WriteBootID(root, bootID)
+}
+
+// WriteBootID writes a node's boot id under root.
+func WriteBootID(root, bootID string) error {
+	return writeFile(filepath.Join(root, BootIDFile), bootID+"\n")
+}
+
+// WriteMachine renders what is the same on every machine of a layout:
+// WriteNode without the boot id. Simulated nodes of one layout read one
+// copy.
+func WriteMachine(root string, m Machine) error {
 	sys := filepath.Join(root, SysDir)
 	busDir := filepath.Join(sys, "bus", "pci", "devices")
 	if err := os.MkdirAll(busDir, 0o755); err != nil {
@@ -66,7 +81,7 @@ func WriteNode(root string, m Machine, bootID string) error {
 			return err
 		}
 	}
-	return writeFile(filepath.Join(root, BootIDFile), bootID+"\n")
+	return nil
 }
 
 func writeFunction(sys, busDir string, f PCIFunction) error {

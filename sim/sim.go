@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"k8s.io/client-go/dynamic"
 	restclient "k8s.io/client-go/rest"
@@ -35,6 +38,46 @@ type Config struct {
 	ControlPlane controlplane.Options
 	// NodeWorkers is the number of parallel pod syncs across all nodes.
 	NodeWorkers int
+	// NodeStartParallelism is how many nodes start at once (default
+	// DefaultNodeStartParallelism).
+	NodeStartParallelism int
+}
+
+// nodesDir is the work directory's folder of node folders (short: plugin
+// sockets live below it).
+const nodesDir = "n"
+
+// DefaultNodeStartParallelism is how many simulated nodes start at once.
+// A node's start is mostly waiting: its plugin's ResourceSlice controller
+// checks its informer's sync once a second, so one node takes about a
+// second however fast the machine is, and nodes started one by one boot
+// a thousand-node cluster in a quarter of an hour.
+const DefaultNodeStartParallelism = 64
+
+// addNodes creates the nodes and starts their plugins, parallel nodes at
+// a time, stopping at the first failure.
+func (s *Sim) addNodes(ctx context.Context, specs []node.Spec, parallel int) error {
+	if parallel <= 0 {
+		parallel = DefaultNodeStartParallelism
+	}
+	// Not errgroup.WithContext: the nodes' plugins live on ctx, which must
+	// not end when the group is done.
+	var g errgroup.Group
+	g.SetLimit(parallel)
+	var failed atomic.Bool
+	for _, spec := range specs {
+		g.Go(func() error {
+			if failed.Load() {
+				return nil
+			}
+			if _, err := s.Nodes.AddNode(ctx, spec); err != nil {
+				failed.Store(true)
+				return err
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }
 
 // Sim is a running simulated cluster.
@@ -95,17 +138,15 @@ func Start(ctx context.Context, cfg Config) (_ *Sim, finalErr error) {
 	if workers == 0 {
 		workers = 8
 	}
-	if s.Nodes, err = node.NewManager(ctx, cp.Client, filepath.Join(s.dir, "n"), workers); err != nil {
+	if s.Nodes, err = node.NewManager(ctx, cp.Client, filepath.Join(s.dir, nodesDir), workers); err != nil {
 		return nil, err
 	}
 	specs, err := cfg.Cluster.NodeSpecs()
 	if err != nil {
 		return nil, err
 	}
-	for _, spec := range specs {
-		if _, err := s.Nodes.AddNode(ctx, spec); err != nil {
-			return nil, err
-		}
+	if err := s.addNodes(ctx, specs, cfg.NodeStartParallelism); err != nil {
+		return nil, err
 	}
 	logger.V(1).Info("Simulated cluster ready", "nodes", len(specs), "duration", time.Since(start))
 	return s, nil
@@ -185,5 +226,10 @@ func (s *Sim) Stop() {
 	}
 	if s.ownDir {
 		os.RemoveAll(s.dir)
+	} else {
+		// A work directory the user chose keeps the control plane's
+		// files (kubeconfig, etcd data); the nodes' folders (sockets,
+		// fake sysfs, CDI specs) mean nothing once the nodes are gone.
+		os.RemoveAll(filepath.Join(s.dir, nodesDir))
 	}
 }

@@ -45,6 +45,10 @@ type Config struct {
 	CDIDir string
 	// BootIDPath is read to detect reboots. Empty disables the check.
 	BootIDPath string
+	// Events, if set, sends the plugin's events; otherwise the plugin
+	// starts a broadcaster of its own. A process that runs many plugins
+	// (strata-sim runs one per simulated node) shares one.
+	Events record.EventBroadcaster
 }
 
 func (c *Config) validate() error {
@@ -213,9 +217,13 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 }
 
 func newRecorder(ctx context.Context, cfg Config) (record.EventRecorder, func()) {
+	source := corev1.EventSource{Component: cfg.DriverName, Host: cfg.NodeName}
+	if cfg.Events != nil {
+		return cfg.Events.NewRecorder(scheme.Scheme, source), func() {}
+	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.KubeClient.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: cfg.DriverName, Host: cfg.NodeName})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, source)
 	return recorder, broadcaster.Shutdown
 }
 

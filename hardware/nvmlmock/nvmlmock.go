@@ -82,11 +82,12 @@ func New(m hardware.Machine, seed string) (*Server, error) {
 	for i, fn := range layout {
 		s.patchDevice(i, base.Devices[i].(*server.Device), fn, seed, cfg.PciDeviceId)
 	}
+	s.useHandles()
 	return s, nil
 }
 
 // Device returns the mock device of a GPU index.
-func (s *Server) Device(i int) *server.Device { return s.Devices[i].(*server.Device) }
+func (s *Server) Device(i int) *server.Device { return s.Devices[i].(*device).Device }
 
 func (s *Server) patchDevice(i int, dev *server.Device, fn hardware.PCIFunction, seed string, pciDeviceID uint32) {
 	dev.PciBusID = fn.BusID()
@@ -120,7 +121,8 @@ func (s *Server) patchDevice(i int, dev *server.Device, fn hardware.PCIFunction,
 		if !ok {
 			return nvml.ERROR_INVALID_ARGUMENT
 		}
-		es.register(dev, types)
+		// Events name the handle NVML hands out (see useHandles).
+		es.register(s.Devices[i], types)
 		return nvml.SUCCESS
 	}
 	dev.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) {

@@ -3,7 +3,9 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -90,19 +92,48 @@ func withHardware(spec *node.Spec, g NodeGroup, where string) error {
 	}
 	spec.Hardware = hw
 	spec.Prepare = func(env node.PluginEnv) error {
-		return hardware.WriteNode(env.Root, m, hw.BootID)
+		if err := writeMachineOnce(hw.machineDir(env), m); err != nil {
+			return err
+		}
+		return hardware.WriteBootID(env.Root, hw.BootID)
 	}
 	return nil
+}
+
+// machineDir is where the node's fake sysfs and procfs are: one copy per
+// hardware layout, shared by the cluster's nodes of that layout (written
+// once instead of a thousand times, and read-only like the real ones).
+// Only the boot id, under the node's root, is the node's own.
+func (hw *NodeHardware) machineDir(env node.PluginEnv) string {
+	return filepath.Join(env.SharedDir, hw.Machine.Name)
+}
+
+// machineTreeMu serializes writing shared machine directories.
+var machineTreeMu sync.Mutex
+
+// writeMachineOnce writes a machine directory unless a complete one is
+// there already (a work directory used again keeps it).
+func writeMachineOnce(dir string, m hardware.Machine) error {
+	machineTreeMu.Lock()
+	defer machineTreeMu.Unlock()
+	done := filepath.Join(dir, ".complete")
+	if _, err := os.Stat(done); err == nil {
+		return nil
+	}
+	if err := hardware.WriteMachine(dir, m); err != nil {
+		return err
+	}
+	return os.WriteFile(done, nil, 0o644)
 }
 
 func (hw *NodeHardware) startNVIDIA(ctx context.Context, env node.PluginEnv) (node.Plugin, error) {
 	backend, err := nvidia.New(nvidia.Config{
 		NVML:                 hw.NVML,
-		SysfsRoot:            filepath.Join(env.Root, hardware.SysDir),
-		ProcRoot:             filepath.Join(env.Root, hardware.ProcDir),
+		SysfsRoot:            filepath.Join(hw.machineDir(env), hardware.SysDir),
+		ProcRoot:             filepath.Join(hw.machineDir(env), hardware.ProcDir),
 		DevRoot:              env.Root,
 		StateDir:             env.PluginDir(nvidia.DriverName),
-		FabricPartitionsFile: filepath.Join(env.Root, hardware.FabricPartitionsFile),
+		FabricPartitionsFile: filepath.Join(hw.machineDir(env), hardware.FabricPartitionsFile),
 		HAMiCoreLibrary:      filepath.Join(env.Root, "usr/local/vgpu/libvgpu.so"),
 		MPS:                  hw.MPS,
 		MIG:                  hw.MIG,
@@ -123,6 +154,7 @@ func (hw *NodeHardware) startNVIDIA(ctx context.Context, env node.PluginEnv) (no
 		RegistrarDir:  env.RegistryDir,
 		CDIDir:        env.CDIDir,
 		BootIDPath:    filepath.Join(env.Root, hardware.BootIDFile),
+		Events:        env.Events,
 	})
 }
 

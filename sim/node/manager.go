@@ -119,7 +119,7 @@ func NewManager(ctx context.Context, client kubernetes.Interface, baseDir string
 
 // AddNode creates a node and starts its plugins.
 func (m *Manager) AddNode(ctx context.Context, spec Spec) (*Node, error) {
-	n, err := newNode(ctx, m.client, m.baseDir, spec, m.ctx, func(n *Node, keys []deviceKey) { m.refreshHealth(m.ctx, n, keys) })
+	n, err := newNode(ctx, m.client, m.events, m.baseDir, spec, m.ctx, func(n *Node, keys []deviceKey) { m.refreshHealth(m.ctx, n, keys) })
 	if err != nil {
 		return nil, err
 	}
@@ -169,10 +169,24 @@ func (m *Manager) Stop() {
 	m.cancel()
 	m.queue.ShutDown()
 	m.wg.Wait()
-	m.events.Shutdown()
-	for _, n := range m.Nodes() {
-		n.stop()
+	// Each plugin takes a moment to stop (gRPC servers, slice publishing,
+	// health watch); thousands of them are stopped side by side.
+	all := m.Nodes()
+	var wg sync.WaitGroup
+	nodes := make(chan *Node)
+	for range min(64, len(all)) {
+		wg.Go(func() {
+			for n := range nodes {
+				n.stop()
+			}
+		})
 	}
+	for _, n := range all {
+		nodes <- n
+	}
+	close(nodes)
+	wg.Wait()
+	m.events.Shutdown()
 }
 
 func (m *Manager) processNext() bool {

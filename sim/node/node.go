@@ -19,8 +19,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 )
+
+// sharedDir is the folder, beside the node folders, of PluginEnv.SharedDir
+// (node names cannot start with a dot).
+const sharedDir = ".shared"
 
 // maxSocketPath is the longest path a unix socket can be bound to on Linux.
 const maxSocketPath = 107
@@ -48,13 +53,19 @@ type PluginEnv struct {
 	NodeName string
 	NodeUID  types.UID
 	Client   kubernetes.Interface
-	// Root is the node's private directory; fake sysfs and procfs live in
-	// it (see package hardware).
+	// Root is the node's private directory (see package hardware).
 	Root string
+	// SharedDir is shared by the cluster's nodes, for what identical
+	// machines have in common and nobody writes: the fake sysfs and procfs
+	// of a hardware layout.
+	SharedDir string
 	// RegistryDir is the kubelet plugin registration directory.
 	RegistryDir string
 	// CDIDir is the container runtime's CDI spec directory.
 	CDIDir string
+	// Events sends events; the simulated nodes share one broadcaster, as
+	// they share the process.
+	Events record.EventBroadcaster
 }
 
 // PluginDir returns the data directory of one driver's plugin.
@@ -97,7 +108,7 @@ type preparedClaim struct {
 
 // newNode creates the Node object and the node's directories and starts
 // its plugins.
-func newNode(ctx context.Context, client kubernetes.Interface, baseDir string, spec Spec, watchCtx context.Context, healthChanged func(*Node, []deviceKey)) (*Node, error) {
+func newNode(ctx context.Context, client kubernetes.Interface, events record.EventBroadcaster, baseDir string, spec Spec, watchCtx context.Context, healthChanged func(*Node, []deviceKey)) (*Node, error) {
 	obj, err := createNodeObject(ctx, client, spec)
 	if err != nil {
 		return nil, err
@@ -108,8 +119,10 @@ func newNode(ctx context.Context, client kubernetes.Interface, baseDir string, s
 		NodeUID:     obj.UID,
 		Client:      client,
 		Root:        root,
+		SharedDir:   filepath.Join(baseDir, sharedDir),
 		RegistryDir: filepath.Join(root, "registry"),
 		CDIDir:      filepath.Join(root, "cdi"),
+		Events:      events,
 	}
 	for _, p := range spec.Plugins {
 		if sock := filepath.Join(env.PluginDir(p.Driver), "dra.sock"); len(sock) > maxSocketPath {
