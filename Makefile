@@ -25,7 +25,7 @@ HEAVY_PKGS = $(shell $(GO) list -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}'
 RACE_HEAVY = github.com/strata-sh/strata/scheduler-plugins/gang
 RACE_PKGS = $(filter-out $(HEAVY_PKGS),$(ALL_PKGS)) $(RACE_HEAVY)
 
-.PHONY: all build demo test unit e2e generate verify bench clean
+.PHONY: all build demo test unit e2e generate verify bench-sim clean
 
 all: build
 
@@ -45,6 +45,17 @@ unit:
 
 e2e:
 	$(GO) test -count=1 -timeout 30m ./tests/...
+
+## bench-sim: strata-sim boot time, settle time and peak memory for
+## clusters of SIM_BENCH_NODES DGX H100 nodes, one process per size so
+## that each peak is its own (docs/benchmarks.md).
+SIM_BENCH_NODES ?= 100 1000 2000
+
+bench-sim:
+	$(GO) test -c -o bin/e2e.test ./tests/e2e
+	cd tests/e2e && for n in $(SIM_BENCH_NODES); do \
+		STRATA_BENCH_NODES=$$n ../../bin/e2e.test -test.run XXX -test.bench BenchmarkSimScale -test.benchtime 1x -test.timeout 60m || exit 1; \
+	done
 
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 

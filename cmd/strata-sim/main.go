@@ -67,6 +67,7 @@ func run(args []string) error {
 		return fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
 	setupLogging(*verbosity)
+	sim.TuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	defer klog.Flush()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // devNumbers are the character device numbers the NVIDIA kernel modules
@@ -57,8 +58,15 @@ func readDevNumbers(procRoot string) (devNumbers, error) {
 	return d, err
 }
 
+// migMinorTables are the parsed MIG capability tables by file content,
+// never changed once stored. The table depends only on the driver, so a
+// process that runs many plugins (strata-sim runs one per simulated
+// node) keeps one copy instead of one per node.
+var migMinorTables sync.Map
+
 // readMIGMinors parses the driver's MIG capability table. A driver
-// without MIG support has none, which is not an error.
+// without MIG support has none, which is not an error. The map returned
+// is shared: read it only.
 func readMIGMinors(path string) (map[string]int64, error) {
 	raw, err := os.ReadFile(path)
 	if os.IsNotExist(err) {
@@ -67,6 +75,14 @@ func readMIGMinors(path string) (map[string]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read MIG capability minors: %w", err)
 	}
+	if t, ok := migMinorTables.Load(string(raw)); ok {
+		return t.(map[string]int64), nil
+	}
+	t, _ := migMinorTables.LoadOrStore(string(raw), parseMIGMinors(raw))
+	return t.(map[string]int64), nil
+}
+
+func parseMIGMinors(raw []byte) map[string]int64 {
 	out := map[string]int64{}
 	for _, line := range strings.Split(string(raw), "\n") {
 		fields := strings.Fields(line)
@@ -77,5 +93,5 @@ func readMIGMinors(path string) (map[string]int64, error) {
 			out[fields[0]] = n
 		}
 	}
-	return out, nil
+	return out
 }

@@ -65,6 +65,8 @@ func BenchmarkSimScale(b *testing.B) {
 }
 
 func runSimScale(b *testing.B, nodes int) {
+	// As strata-sim runs.
+	sim.TuneGC()
 	ctx := context.Background()
 	c, err := cluster.Parse(fmt.Appendf(nil, scaleCluster, nodes))
 	if err != nil {
@@ -91,7 +93,7 @@ func runSimScale(b *testing.B, nodes int) {
 	boot := time.Since(start)
 	bootRSS := peakRSS(b)
 	writeHeapProfile(b, "boot")
-	b.Logf("%d nodes usable after %s (peak RSS %d MB)", nodes, boot.Round(time.Millisecond), bootRSS>>20)
+	b.Logf("%d nodes usable after %s (peak RSS %d MB, %d goroutines)", nodes, boot.Round(time.Millisecond), bootRSS>>20, runtime.NumGoroutine())
 
 	body, pods, gangs := gangWorkload(nodes, 0.8)
 	objs, err := apply.Decode([]byte(body), "workload.yaml")
@@ -242,8 +244,9 @@ spec:
 	return sb.String(), pods, gangs
 }
 
-// writeHeapProfile writes a heap profile to $STRATA_BENCH_HEAP-<stage>.prof
-// when STRATA_BENCH_HEAP is set, to see where memory goes at a stage.
+// writeHeapProfile writes heap and goroutine profiles to
+// $STRATA_BENCH_HEAP-<stage>[-goroutines].prof when STRATA_BENCH_HEAP is
+// set, to see where memory goes at a stage.
 func writeHeapProfile(b *testing.B, stage string) {
 	prefix := os.Getenv("STRATA_BENCH_HEAP")
 	if prefix == "" {
@@ -256,6 +259,14 @@ func writeHeapProfile(b *testing.B, stage string) {
 	defer f.Close()
 	runtime.GC()
 	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	g, err := os.Create(prefix + "-" + stage + "-goroutines.prof")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	if err := pprof.Lookup("goroutine").WriteTo(g, 0); err != nil {
 		b.Fatal(err)
 	}
 }
