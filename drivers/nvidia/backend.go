@@ -198,9 +198,13 @@ func (b *Backend) viewsLocked() (map[string]gpuView, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
-		instances, err := listInstances(g)
-		if err != nil {
-			return nil, "", err
+		// A GPU outside MIG mode has no instances; not asking saves a
+		// call per MIG profile on every health probe.
+		var instances []migInstance
+		if enabled {
+			if instances, err = listInstances(g); err != nil {
+				return nil, "", err
+			}
 		}
 		v := gpuView{migEnabled: enabled}
 		for _, inst := range instances {

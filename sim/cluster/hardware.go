@@ -35,9 +35,11 @@ type NodeHardware struct {
 }
 
 // Health monitoring periods of simulated NVIDIA nodes: shorter than on a
-// real node so that health changes show within a test.
+// real node (5 s) so that health changes show within a test, long enough
+// that a thousand idle nodes probing their GPUs leave the CPU to the
+// control plane.
 var (
-	HealthInterval = 200 * time.Millisecond
+	HealthInterval = time.Second
 	XIDHoldDown    = 5 * time.Second
 )
 

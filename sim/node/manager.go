@@ -169,22 +169,12 @@ func (m *Manager) Stop() {
 	m.cancel()
 	m.queue.ShutDown()
 	m.wg.Wait()
-	// Each plugin takes a moment to stop (gRPC servers, slice publishing,
-	// health watch); thousands of them are stopped side by side.
-	all := m.Nodes()
+	// Each plugin takes up to a second to stop (its health watch waits
+	// on NVML events in one-second steps): all nodes stop side by side.
 	var wg sync.WaitGroup
-	nodes := make(chan *Node)
-	for range min(64, len(all)) {
-		wg.Go(func() {
-			for n := range nodes {
-				n.stop()
-			}
-		})
+	for _, n := range m.Nodes() {
+		wg.Go(n.stop)
 	}
-	for _, n := range all {
-		nodes <- n
-	}
-	close(nodes)
 	wg.Wait()
 	m.events.Shutdown()
 }

@@ -78,6 +78,7 @@ func runSimScale(b *testing.B, nodes int) {
 	}
 	defer os.RemoveAll(dir)
 
+	stopProfile := cpuProfile(b, "boot")
 	start := time.Now()
 	s, err := sim.Start(ctx, sim.Config{Cluster: c, Dir: dir})
 	if err != nil {
@@ -91,6 +92,7 @@ func runSimScale(b *testing.B, nodes int) {
 	}()
 	waitPublished(b, ctx, s, nodes)
 	boot := time.Since(start)
+	stopProfile()
 	bootRSS := peakRSS(b)
 	writeHeapProfile(b, "boot")
 	b.Logf("%d nodes usable after %s (peak RSS %d MB, %d goroutines)", nodes, boot.Round(time.Millisecond), bootRSS>>20, runtime.NumGoroutine())
@@ -101,6 +103,7 @@ func runSimScale(b *testing.B, nodes int) {
 		b.Fatal(err)
 	}
 	const quiet = time.Second
+	stopProfile = cpuProfile(b, "settle")
 	start = time.Now()
 	if err := s.Apply(ctx, objs); err != nil {
 		b.Fatal(err)
@@ -110,6 +113,7 @@ func runSimScale(b *testing.B, nodes int) {
 		b.Fatalf("settled %v: %v", settled, err)
 	}
 	settle := time.Since(start) - quiet
+	stopProfile()
 	list, err := s.ControlPlane.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		b.Fatal(err)
@@ -242,6 +246,26 @@ spec:
   - {topologyLayer: NodeTopologyLayer, parentTopologyLayer: BlockLayer}
 `)
 	return sb.String(), pods, gangs
+}
+
+// cpuProfile profiles the CPU to $STRATA_BENCH_CPU-<stage>.prof when
+// STRATA_BENCH_CPU is set, until the function returned is called.
+func cpuProfile(b *testing.B, stage string) func() {
+	prefix := os.Getenv("STRATA_BENCH_CPU")
+	if prefix == "" {
+		return func() {}
+	}
+	f, err := os.Create(prefix + "-" + stage + ".prof")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
 
 // writeHeapProfile writes heap and goroutine profiles to
