@@ -10,10 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sort"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"k8s.io/client-go/dynamic"
 	restclient "k8s.io/client-go/rest"
@@ -167,8 +170,76 @@ func Start(ctx context.Context, cfg Config) (_ *Sim, finalErr error) {
 	if err := s.addNodes(ctx, specs, cfg.NodeStartParallelism); err != nil {
 		return nil, err
 	}
+	if err := s.waitPublished(ctx, specs); err != nil {
+		return nil, err
+	}
 	logger.V(1).Info("Simulated cluster ready", "nodes", len(specs), "duration", time.Since(start))
 	return s, nil
+}
+
+// publishTimeout bounds the wait for the nodes' devices after their
+// plugins started.
+const publishTimeout = 5 * time.Minute
+
+// waitPublished returns once every plugin of every node has published its
+// whole pool (all slices of the pool's newest generation). A plugin
+// publishes in the background, and a cluster whose devices are still
+// arriving would have workloads placed on part of it.
+func (s *Sim) waitPublished(ctx context.Context, specs []node.Spec) error {
+	type pool struct{ driver, node string }
+	want := map[pool]bool{}
+	for _, spec := range specs {
+		for _, p := range spec.Plugins {
+			want[pool{p.Driver, spec.Name}] = true
+		}
+	}
+	var missing []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, publishTimeout, true, func(ctx context.Context) (bool, error) {
+		slices, err := s.ControlPlane.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		type generation struct {
+			node         pool
+			gen          int64
+			count, total int64
+		}
+		pools := map[[2]string]*generation{} // by driver and pool name
+		for _, sl := range slices.Items {
+			if sl.Spec.NodeName == nil {
+				continue
+			}
+			key := [2]string{sl.Spec.Driver, sl.Spec.Pool.Name}
+			g := pools[key]
+			switch {
+			case g == nil || sl.Spec.Pool.Generation > g.gen:
+				pools[key] = &generation{node: pool{sl.Spec.Driver, *sl.Spec.NodeName}, gen: sl.Spec.Pool.Generation, count: 1, total: sl.Spec.Pool.ResourceSliceCount}
+			case sl.Spec.Pool.Generation == g.gen:
+				g.count++
+			}
+		}
+		complete := map[pool]bool{}
+		for _, g := range pools {
+			if done, ok := complete[g.node]; !ok || done {
+				complete[g.node] = g.count >= g.total
+			}
+		}
+		missing = missing[:0]
+		for p := range want {
+			if !complete[p] {
+				missing = append(missing, p.driver+" on "+p.node)
+			}
+		}
+		return len(missing) == 0, nil
+	})
+	if err != nil {
+		sort.Strings(missing)
+		if len(missing) > 5 {
+			missing = append(missing[:5], fmt.Sprintf("and %d more", len(missing)-5))
+		}
+		return fmt.Errorf("devices not published by %v: %w", missing, err)
+	}
+	return nil
 }
 
 // installStrata creates what installing Strata creates: its CRDs and

@@ -173,9 +173,12 @@ func tail(b []byte, n int) string {
 }
 
 // TestStrataSimFeatureGates: "strata-sim run --feature-gates
-// GenericWorkload=true" serves the workload API (the gate brings its
-// API version) and runs a v1beta1 PodGroup gang from a manifest, inside
-// one block. In a child process, because gates are process-wide.
+// GenericWorkload=true,TopologyAwareWorkloadScheduling=true" serves the
+// workload API (the gate brings its API version) and runs a v1beta1
+// PodGroup gang from a manifest, inside one block (the topology
+// constraint is only read with the second gate; without it the two
+// members land wherever there is room). In a child process, because
+// gates are process-wide.
 func TestStrataSimFeatureGates(t *testing.T) {
 	if os.Getenv(workloadEnv) == "" {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestStrataSimFeatureGates$", "-test.v")
@@ -187,7 +190,7 @@ func TestStrataSimFeatureGates(t *testing.T) {
 		return
 	}
 	r := runSim(t, sim.RunOptions{ClusterFile: examplesDir + "/workloads/cluster.yaml", Manifests: []string{examplesDir + "/workload-api"},
-		FeatureGates: map[string]bool{"GenericWorkload": true}})
+		FeatureGates: map[string]bool{"GenericWorkload": true, "TopologyAwareWorkloadScheduling": true}})
 	block := map[string]string{}
 	for _, n := range r.Nodes {
 		block[n.Name] = n.Labels[blockLabel]
