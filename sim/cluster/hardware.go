@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/strata-sh/strata/drivers/nvidia"
-	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/drivers/nvidia/app"
 	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/hardware/nvmlmock"
 	"github.com/strata-sh/strata/sim/node"
@@ -128,36 +128,24 @@ func writeMachineOnce(dir string, m hardware.Machine) error {
 	return os.WriteFile(done, nil, 0o644)
 }
 
+// startNVIDIA starts the node's NVIDIA plugin through the binary's own
+// composition root, with the node's directories and its mock hardware.
 func (hw *NodeHardware) startNVIDIA(ctx context.Context, env node.PluginEnv) (node.Plugin, error) {
-	backend, err := nvidia.New(nvidia.Config{
-		NVML:                 hw.NVML,
-		SysfsRoot:            filepath.Join(hw.machineDir(env), hardware.SysDir),
-		ProcRoot:             filepath.Join(hw.machineDir(env), hardware.ProcDir),
-		DevRoot:              env.Root,
-		StateDir:             env.PluginDir(nvidia.DriverName),
-		FabricPartitionsFile: filepath.Join(hw.machineDir(env), hardware.FabricPartitionsFile),
-		HAMiCoreLibrary:      filepath.Join(env.Root, "usr/local/vgpu/libvgpu.so"),
-		MPS:                  hw.MPS,
-		MIG:                  hw.MIG,
-		TimeSlice:            hw.TimeSlices,
-		HealthInterval:       HealthInterval,
-		XIDHoldDown:          XIDHoldDown,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("NVIDIA backend: %w", err)
-	}
-	return plugin.Start(ctx, plugin.Config{
-		DriverName:    nvidia.DriverName,
-		NodeName:      env.NodeName,
-		NodeUID:       env.NodeUID,
-		KubeClient:    env.Client,
-		Backend:       backend,
-		PluginDataDir: env.PluginDir(nvidia.DriverName),
-		RegistrarDir:  env.RegistryDir,
-		CDIDir:        env.CDIDir,
-		BootIDPath:    filepath.Join(env.Root, hardware.BootIDFile),
-		Events:        env.Events,
-	})
+	o := app.NewOptions()
+	o.NodeName, o.NodeUID = env.NodeName, env.NodeUID
+	o.PluginDataDir = env.PluginDir(nvidia.DriverName)
+	o.RegistrarDir = env.RegistryDir
+	o.CDIDir = env.CDIDir
+	o.SysfsRoot = filepath.Join(hw.machineDir(env), hardware.SysDir)
+	o.ProcRoot = filepath.Join(hw.machineDir(env), hardware.ProcDir)
+	o.DevRoot = env.Root
+	o.BootIDPath = filepath.Join(env.Root, hardware.BootIDFile)
+	o.FabricPartitionsFile = filepath.Join(hw.machineDir(env), hardware.FabricPartitionsFile)
+	o.HAMiCoreLibrary = filepath.Join(env.Root, "usr/local/vgpu/libvgpu.so")
+	o.MIGMode = string(hw.MIG)
+	o.HealthInterval, o.XIDHoldDown = HealthInterval, XIDHoldDown
+	o.MetricsAddress = ""
+	return app.Start(ctx, o, env.Client, app.Host{NVML: hw.NVML, MPS: hw.MPS, TimeSlice: hw.TimeSlices, Events: env.Events})
 }
 
 // applyMIGConfig makes the instances a MIG manager would have made.
