@@ -25,7 +25,7 @@ HEAVY_PKGS = $(shell $(GO) list -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}'
 RACE_HEAVY = github.com/strata-sh/strata/scheduler-plugins/gang
 RACE_PKGS = $(filter-out $(HEAVY_PKGS),$(ALL_PKGS)) $(RACE_HEAVY)
 
-.PHONY: all build demo test unit e2e generate verify bench-sim clean
+.PHONY: all build demo test unit e2e generate verify bench-sim images clean
 
 all: build
 
@@ -55,6 +55,17 @@ bench-sim:
 	$(GO) test -c -o bin/e2e.test ./tests/e2e
 	cd tests/e2e && for n in $(SIM_BENCH_NODES); do \
 		STRATA_BENCH_NODES=$$n ../../bin/e2e.test -test.run XXX -test.bench BenchmarkSimScale -test.benchtime 1x -test.timeout 60m || exit 1; \
+	done
+
+## images: one container image per component (Dockerfile targets).
+CONTAINER_TOOL ?= docker
+IMAGE_REGISTRY ?= ghcr.io/strata-sh
+IMAGE_TAG ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGES := strata-scheduler strata-controller nvidia-kubelet-plugin
+
+images:
+	for i in $(IMAGES); do \
+		$(CONTAINER_TOOL) build --target $$i --build-arg LDFLAGS="$(LDFLAGS)" -t $(IMAGE_REGISTRY)/$$i:$(IMAGE_TAG) . || exit 1; \
 	done
 
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0

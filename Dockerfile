@@ -1,0 +1,42 @@
+# syntax=docker/dockerfile:1
+#
+# Strata's images, one per component, from one build stage:
+#
+#   docker build --target nvidia-kubelet-plugin -t strata/nvidia-kubelet-plugin .
+#
+# `make images` builds all of them. go-nvml needs cgo (it loads
+# libnvidia-ml.so at run time from the driver the node has, mounted into
+# the plugin's pod), so the runtime images are glibc-based distroless.
+
+ARG GO_VERSION=1.26
+
+FROM golang:${GO_VERSION}-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+# The Kubernetes version the scheduler reports; make images passes the
+# Makefile's.
+ARG LDFLAGS=""
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" \
+    go build -trimpath -ldflags "${LDFLAGS}" -o /out/ \
+        ./cmd/strata-scheduler ./cmd/strata-controller ./cmd/nvidia-kubelet-plugin
+
+# kube-scheduler with Strata's plugins; needs no privileges.
+FROM gcr.io/distroless/base-debian12:nonroot AS strata-scheduler
+COPY --from=build /out/strata-scheduler /usr/bin/strata-scheduler
+ENTRYPOINT ["/usr/bin/strata-scheduler"]
+
+# strata-controller; needs no privileges.
+FROM gcr.io/distroless/base-debian12:nonroot AS strata-controller
+COPY --from=build /out/strata-controller /usr/bin/strata-controller
+ENTRYPOINT ["/usr/bin/strata-controller"]
+
+# The NVIDIA kubelet plugin runs as root: it serves sockets in kubelet's
+# plugin directories, writes CDI specs, and drives the GPUs through the
+# driver's library and tools, which its DaemonSet mounts from the host
+# (--nvidia-smi and --mps-control name them there).
+FROM gcr.io/distroless/base-debian12 AS nvidia-kubelet-plugin
+COPY --from=build /out/nvidia-kubelet-plugin /usr/bin/nvidia-kubelet-plugin
+ENTRYPOINT ["/usr/bin/nvidia-kubelet-plugin"]
