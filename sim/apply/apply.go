@@ -292,6 +292,7 @@ func (a *Applier) dryRun(ctx context.Context, objs []Object) error {
 		}
 	}
 	var errs []error
+	exists := map[string]bool{} // the step's namespaces that are there already
 	for _, o := range objs {
 		gk := o.GroupVersionKind().GroupKind()
 		if kinds[gk] {
@@ -300,8 +301,13 @@ func (a *Applier) dryRun(ctx context.Context, objs []Object) error {
 			}
 		}
 		probe := Object{Unstructured: o.DeepCopy(), Source: o.Source, Doc: o.Doc, Item: o.Item}
-		if namespaces[probe.GetNamespace()] && !a.namespaceExists(ctx, probe.GetNamespace()) {
-			probe.SetNamespace(metav1.NamespaceDefault)
+		if ns := probe.GetNamespace(); namespaces[ns] {
+			if _, known := exists[ns]; !known {
+				exists[ns] = a.namespaceExists(ctx, ns)
+			}
+			if !exists[ns] {
+				probe.SetNamespace(metav1.NamespaceDefault)
+			}
 		}
 		if gk == (schema.GroupKind{Kind: "Pod"}) {
 			if name, _, _ := unstructured.NestedString(probe.Object, "spec", "priorityClassName"); classes[name] {

@@ -44,8 +44,8 @@ nodeGroups:
 // indexed Jobs whose pods form gangs (PodGroups with a PreferGather
 // block rule) that ask for 80% of the cluster's GPUs, and waits until
 // the cluster settles. It reports:
-//   - boot-s: from start until every node has published its devices
-//     (the cluster is usable);
+//   - boot-s: sim.Start, which returns once every node has published its
+//     devices (the cluster is usable);
 //   - settle-s: from the apply until every pod rests (less the quiet
 //     period that proves it);
 //   - peak-rss-MB: the process's peak resident memory (everything runs in
@@ -90,7 +90,6 @@ func runSimScale(b *testing.B, nodes int) {
 			s.Stop()
 		}
 	}()
-	waitPublished(b, ctx, s, nodes)
 	boot := time.Since(start)
 	stopProfile()
 	bootRSS := peakRSS(b)
@@ -142,31 +141,6 @@ func runSimScale(b *testing.B, nodes int) {
 	s.Stop()
 	stopped = true
 	b.ReportMetric(time.Since(start).Seconds(), "stop-s")
-}
-
-// waitPublished waits until every simulated node has published its
-// NVIDIA devices.
-func waitPublished(b *testing.B, ctx context.Context, s *sim.Sim, nodes int) {
-	deadline := time.Now().Add(30 * time.Minute)
-	for {
-		slices, err := s.ControlPlane.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		seen := map[string]bool{}
-		for _, sl := range slices.Items {
-			if sl.Spec.NodeName != nil {
-				seen[*sl.Spec.NodeName] = true
-			}
-		}
-		if len(seen) >= nodes {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d nodes published devices", len(seen), nodes)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // gangShapes are the jobs of the workload, cycled: pods per gang and
