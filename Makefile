@@ -73,11 +73,11 @@ CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.2
 ## generate: deepcopy code of the API types and CRD manifests.
 generate:
 	$(CONTROLLER_GEN) object paths=./api/...
-	$(CONTROLLER_GEN) crd paths=./api/scheduling/... paths=./api/topology/... output:crd:artifacts:config=deployments/crds
+	$(CONTROLLER_GEN) crd paths=./api/scheduling/... paths=./api/topology/... output:crd:artifacts:config=deployments/helm/strata/crds
 
 ## verify: formatting, vet, module tidiness, generated code up to date.
 verify: generate
-	@git diff --exit-code -- api deployments/crds || (echo "generated code is out of date: run make generate and commit"; exit 1)
+	@git diff --exit-code -- api deployments/helm/strata/crds || (echo "generated code is out of date: run make generate and commit"; exit 1)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff

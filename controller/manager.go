@@ -1,9 +1,11 @@
 // Package controller is strata-controller: it keeps the status of
 // ClusterNetworkTopology (the domains of every layer and the nodes that
-// cannot be placed) and of PodGroups (member counts and phase).
+// cannot be placed) and of PodGroups (member counts and phase), and
+// serves the validating webhook of package controller/admission.
 package controller
 
 import (
+	"context"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -30,18 +32,21 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// Options of the controller manager.
-type Options struct {
-	// LeaderElection runs the controller active/standby.
-	LeaderElection bool
-	// MetricsAddress serves metrics; "0" disables.
-	MetricsAddress string
-	// HealthAddress serves /healthz and /readyz; "0" disables.
-	HealthAddress string
+// Run builds the manager and runs it until ctx ends.
+func Run(ctx context.Context, restConfig *restclient.Config, o Options) error {
+	mgr, err := NewManager(restConfig, o)
+	if err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
 }
 
-// NewManager builds the manager with every Strata controller.
+// NewManager builds the manager with every Strata controller and, when
+// o.Webhook.Port is set, the validating webhook.
 func NewManager(restConfig *restclient.Config, o Options) (ctrl.Manager, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	ctrl.SetLogger(klog.Background())
 	// Strata's types have no protobuf encoding; the controller speaks JSON.
 	restConfig = restclient.CopyConfig(restConfig)
@@ -50,13 +55,20 @@ func NewManager(restConfig *restclient.Config, o Options) (ctrl.Manager, error) 
 	if err != nil {
 		return nil, err
 	}
+	leaderNS := o.LeaderElectionNamespace
+	if leaderNS == "" {
+		leaderNS = DefaultLeaderElectionNamespace
+	}
+	certsReady := make(chan struct{})
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                  scheme,
+		Cache:                   webhookCache(o.Webhook),
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "strata-controller",
-		LeaderElectionNamespace: "kube-system",
+		LeaderElectionNamespace: leaderNS,
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddress},
 		HealthProbeBindAddress:  o.HealthAddress,
+		WebhookServer:           newWebhookServer(o.Webhook, certsReady),
 		// Tests and strata-sim run several managers in one process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
@@ -67,6 +79,9 @@ func NewManager(restConfig *restclient.Config, o Options) (ctrl.Manager, error) 
 		return nil, err
 	}
 	if err := (&PodGroupReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := setupWebhook(mgr, o.Webhook, certsReady); err != nil {
 		return nil, err
 	}
 	return mgr, nil

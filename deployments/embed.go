@@ -1,45 +1,53 @@
-// Package deployments embeds the cluster objects that installing Strata
-// creates (DeviceClasses, CRDs), so that strata-sim and the tests install
-// exactly what the Helm chart does.
+// Package deployments embeds the Helm chart that installs Strata
+// (deployments/helm/strata), so that strata-sim and the tests install
+// exactly what `helm install` does; package chart renders it.
 package deployments
 
 import (
 	"embed"
 	"io/fs"
-	"path"
-	"sort"
 )
 
-//go:embed deviceclasses/*.yaml crds/*.yaml
+// ChartDir is the chart's folder in Files.
+const ChartDir = "helm/strata"
+
+//go:embed all:helm/strata
 var files embed.FS
 
-// CRDs returns the CustomResourceDefinitions by file name.
-func CRDs() (map[string][]byte, error) {
-	return readDir("crds")
+// Chart returns the chart's files, rooted at the chart folder.
+func Chart() fs.FS {
+	sub, err := fs.Sub(files, ChartDir)
+	if err != nil {
+		panic(err) // the folder is embedded above
+	}
+	return sub
 }
 
-// DeviceClasses returns the DeviceClass manifests by file name.
+// SchedulerConfig returns the KubeSchedulerConfiguration the chart ships
+// (before the chart adds leader election and the values' overrides).
+func SchedulerConfig() []byte {
+	raw, err := fs.ReadFile(Chart(), "files/scheduler-config.yaml")
+	if err != nil {
+		panic(err) // embedded above
+	}
+	return raw
+}
+
+// DeviceClasses returns the chart's DeviceClass manifests by file name,
+// as they are before the chart adds its labels.
 func DeviceClasses() (map[string][]byte, error) {
-	return readDir("deviceclasses")
-}
-
-func readDir(dir string) (map[string][]byte, error) {
-	entries, err := fs.ReadDir(files, dir)
+	dir := "files/deviceclasses"
+	entries, err := fs.ReadDir(Chart(), dir)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string][]byte{}
-	names := make([]string, 0, len(entries))
 	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		raw, err := files.ReadFile(path.Join(dir, name))
+		raw, err := fs.ReadFile(Chart(), dir+"/"+e.Name())
 		if err != nil {
 			return nil, err
 		}
-		out[name] = raw
+		out[e.Name()] = raw
 	}
 	return out, nil
 }

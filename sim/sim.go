@@ -7,10 +7,13 @@ package sim
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -18,12 +21,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/strata-sh/strata/controller"
-	"github.com/strata-sh/strata/deployments"
+	"github.com/strata-sh/strata/deployments/chart"
 	"github.com/strata-sh/strata/sim/apply"
 	"github.com/strata-sh/strata/sim/cluster"
 	"github.com/strata-sh/strata/sim/controlplane"
@@ -45,6 +50,9 @@ type Config struct {
 	// NodeStartParallelism is how many nodes start at once (default
 	// DefaultNodeStartParallelism).
 	NodeStartParallelism int
+	// ChartValues are Helm values over the chart's defaults for the
+	// installation of Strata the cluster starts with.
+	ChartValues map[string]any
 }
 
 // GCPercent is the garbage collector's target for a simulated cluster
@@ -109,6 +117,7 @@ type Sim struct {
 	Cluster        *cluster.Cluster
 	applier        *apply.Applier
 	dyn            dynamic.Interface
+	install        *installation
 	stopController func()
 	dir            string
 	ownDir         bool
@@ -136,14 +145,25 @@ func Start(ctx context.Context, cfg Config) (_ *Sim, finalErr error) {
 		cpOpts.Dir = filepath.Join(s.dir, "cp")
 	}
 	start := time.Now()
-	// Strata's CRDs and DeviceClasses exist before the scheduler starts,
-	// as a Helm install orders them.
+	var err error
+	if s.install, err = newInstallation(chart.DefaultRelease, cfg.ChartValues); err != nil {
+		return nil, fmt.Errorf("install Strata: %w", err)
+	}
+	if cpOpts.SchedulerConfig == nil {
+		cpOpts.SchedulerConfig = s.install.schedulerConfig
+	}
+	cpOpts.SchedulerIdentity = s.install.scheduler
+	// What the chart installs exists before the scheduler starts, as a
+	// Helm install orders it.
 	cpOpts.Bootstrap = func(ctx context.Context, config *restclient.Config) error {
 		var err error
 		if s.applier, err = apply.New(config); err != nil {
 			return err
 		}
-		return s.installStrata(ctx)
+		if err := s.applier.Apply(ctx, s.install.objects); err != nil {
+			return fmt.Errorf("install Strata: %w", err)
+		}
+		return nil
 	}
 	cp, err := controlplane.Start(ctx, cpOpts)
 	if err != nil {
@@ -163,6 +183,7 @@ func Start(ctx context.Context, cfg Config) (_ *Sim, finalErr error) {
 	if s.Nodes, err = node.NewManager(ctx, cp.Client, filepath.Join(s.dir, nodesDir), workers); err != nil {
 		return nil, err
 	}
+	s.Nodes.PluginClient = s.pluginClient
 	specs, err := cfg.Cluster.NodeSpecs()
 	if err != nil {
 		return nil, err
@@ -242,29 +263,6 @@ func (s *Sim) waitPublished(ctx context.Context, specs []node.Spec) error {
 	return nil
 }
 
-// installStrata creates what installing Strata creates: its CRDs and
-// DeviceClasses.
-func (s *Sim) installStrata(ctx context.Context) error {
-	var objs []apply.Object
-	for dir, read := range map[string]func() (map[string][]byte, error){"crds": deployments.CRDs, "deviceclasses": deployments.DeviceClasses} {
-		files, err := read()
-		if err != nil {
-			return err
-		}
-		for name, raw := range files {
-			got, err := apply.Decode(raw, dir+"/"+name)
-			if err != nil {
-				return err
-			}
-			objs = append(objs, got...)
-		}
-	}
-	if err := s.applier.Apply(ctx, objs); err != nil {
-		return fmt.Errorf("install Strata: %w", err)
-	}
-	return nil
-}
-
 // Apply creates the objects of manifests.
 func (s *Sim) Apply(ctx context.Context, objs []apply.Object) error {
 	return s.applier.Apply(ctx, objs)
@@ -285,9 +283,29 @@ func (s *Sim) Report(ctx context.Context) (*report.Report, error) {
 	return r, nil
 }
 
-// startController runs strata-controller against the control plane.
+// startController runs strata-controller against the control plane as
+// the chart's service account, with its webhook on a loopback port that
+// the API server reaches for the chart's webhook Service; it returns once
+// the webhook admits requests.
 func (s *Sim) startController(ctx context.Context) error {
-	mgr, err := controller.NewManager(s.ControlPlane.Config, controller.Options{MetricsAddress: "0", HealthAddress: "0"})
+	config := s.ControlPlane.Config
+	if id := s.install.controller; id != nil {
+		config = id.Config(config)
+	}
+	o := controller.Options{MetricsAddress: "0", HealthAddress: "0"}
+	var unroute func()
+	if wh := s.install.webhook; wh != nil {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		o.Webhook = controller.WebhookOptions{
+			Port: port, Host: "127.0.0.1", CertDir: filepath.Join(s.ControlPlane.Dir, "webhook-certs"),
+			ManageCertificates: true, Namespace: wh.namespace, ServiceName: wh.service, SecretName: wh.secret, ConfigName: wh.config,
+		}
+		unroute = controlplane.RouteService(wh.namespace, wh.service, 443, &url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))})
+	}
+	mgr, err := controller.NewManager(config, o)
 	if err != nil {
 		return err
 	}
@@ -299,8 +317,38 @@ func (s *Sim) startController(ctx context.Context) error {
 			klog.FromContext(ctx).Error(err, "strata-controller stopped")
 		}
 	}()
-	s.stopController = func() { cancel(); <-done }
+	s.stopController = func() {
+		cancel()
+		<-done
+		if unroute != nil {
+			unroute()
+		}
+	}
+	if s.install.webhook != nil {
+		return waitWebhook(ctx, s.dyn, s.install.release.Namespace)
+	}
 	return nil
+}
+
+// pluginClient is the client of a driver's kubelet plugin on a node: the
+// chart's service account for that plugin, with the node's name and UID
+// as its pod-bound token carries them.
+func (s *Sim) pluginClient(driver, nodeName string, uid types.UID) (kubernetes.Interface, error) {
+	id, ok := s.install.plugins[driver]
+	if !ok {
+		return s.ControlPlane.Client, nil
+	}
+	return kubernetes.NewForConfig(id.OnNode(nodeName, string(uid)).Config(s.ControlPlane.Config))
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Stop shuts the nodes and the control plane down.

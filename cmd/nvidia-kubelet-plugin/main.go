@@ -1,5 +1,7 @@
 // Command nvidia-kubelet-plugin is the DRA kubelet plugin of driver
-// nvidia.strata.sh. It runs as a DaemonSet on GPU nodes.
+// nvidia.strata.sh. It runs as a DaemonSet on GPU nodes; given its pod's
+// UID (--pod-uid, $POD_UID) the DaemonSet can be updated with maxSurge,
+// the new pod serving beside the old one until that one stops.
 package main
 
 import (

@@ -1,31 +1,30 @@
-// Command strata-controller keeps the status of Strata's cluster objects:
-// ClusterNetworkTopology and PodGroup.
+// Command strata-controller keeps the status of Strata's cluster objects,
+// ClusterNetworkTopology and PodGroup, and serves the validating webhook
+// that refuses bad Strata input when it is applied.
 package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/strata-sh/strata/controller"
 )
 
 func main() {
-	o := controller.Options{}
-	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "run active/standby with leader election")
-	flag.StringVar(&o.MetricsAddress, "metrics-address", ":8080", "metrics address; 0 disables")
-	flag.StringVar(&o.HealthAddress, "health-address", ":8081", "health probe address; 0 disables")
+	klog.InitFlags(nil) // --v and the other logging flags
+	o := controller.NewOptions()
+	o.AddFlags(flag.CommandLine)
 	flag.Parse()
-	ctx := ctrl.SetupSignalHandler()
-	log := ctrl.Log.WithName("strata-controller")
-	mgr, err := controller.NewManager(ctrl.GetConfigOrDie(), o)
-	if err != nil {
-		log.Error(err, "Cannot create the manager")
-		os.Exit(1)
+	if err := o.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
-	if err := mgr.Start(ctx); err != nil {
-		log.Error(err, "Manager stopped")
+	if err := controller.Run(ctrl.SetupSignalHandler(), ctrl.GetConfigOrDie(), o); err != nil {
+		klog.Background().Error(err, "strata-controller stopped")
 		os.Exit(1)
 	}
 }

@@ -1,6 +1,6 @@
 // Command strata-scheduler is kube-scheduler 1.37 with Strata's plugins
 // compiled in. It takes kube-scheduler's flags; the configuration Strata
-// ships is scheduler-plugins/config/strata-scheduler.yaml.
+// ships is deployments/helm/strata/files/scheduler-config.yaml.
 package main
 
 import (

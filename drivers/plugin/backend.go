@@ -2,7 +2,8 @@
 // ResourceSlices of one driver on one node, prepares and unprepares claims
 // for the kubelet, writes one CDI spec per claim and keeps a two-phase
 // checkpoint so that a restarted plugin neither forgets nor leaks what it
-// prepared.
+// prepared. During a rolling update of its DaemonSet an old and a new
+// instance run side by side and share the checkpoint under a file lock.
 //
 // Everything vendor-specific sits behind Backend; this package never imports
 // a vendor package.
@@ -106,6 +107,14 @@ type PreparedDevice struct {
 // the checkpoint (partitions, daemons). After start-up recovery the plugin
 // hands it every prepared claim, and the backend releases whatever no
 // claim owns, as left behind by a crash mid-prepare.
+//
+// During a rolling update another instance of the plugin, with a backend
+// of its own, prepares and unprepares claims on the same hardware. Before
+// the next prepare or unprepare after that, the plugin recovers again from
+// the checkpoint the other instance wrote: Restore, Discover and Reconcile
+// are called again, with every claim of the node. What a backend derives
+// from them (its own partitions, the users of a daemon) must be replaced,
+// not added to.
 type Reconciler interface {
 	Reconcile(ctx context.Context, prepared []ClaimState) error
 }
@@ -113,7 +122,9 @@ type Reconciler interface {
 // Restorer is implemented by backends that must know, before they first
 // discover devices, which devices the checkpoint names: every claim,
 // prepared or interrupted mid-prepare. A backend that makes hardware
-// state (partitions) tells its own from an operator's this way.
+// state (partitions) tells its own from an operator's this way. Like
+// Reconcile, Restore is called again when another instance of the plugin
+// changed the checkpoint.
 type Restorer interface {
 	Restore(ctx context.Context, claims []ClaimState)
 }

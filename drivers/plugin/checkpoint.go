@@ -59,6 +59,10 @@ var ErrCorruptCheckpoint = errors.New("corrupt checkpoint")
 // checkpointStore persists checkpointData in one file with atomic replaces.
 type checkpointStore struct {
 	path string
+	// seen is the checksum of the checkpoint as this process last loaded
+	// or saved it, "" for none. Another instance of the plugin that wrote
+	// the file since leaves another checksum there.
+	seen string
 }
 
 func checksum(data []byte) string {
@@ -72,6 +76,7 @@ func checksum(data []byte) string {
 func (s *checkpointStore) load() (*checkpointData, error) {
 	raw, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
+		s.seen = ""
 		return &checkpointData{Claims: map[types.UID]*ClaimState{}}, nil
 	}
 	if err != nil {
@@ -96,7 +101,27 @@ func (s *checkpointStore) load() (*checkpointData, error) {
 	if data.Claims == nil {
 		data.Claims = map[types.UID]*ClaimState{}
 	}
+	s.seen = file.Checksum
 	return data, nil
+}
+
+// changed reports whether the checkpoint on disk is other than the one
+// this process last loaded or saved, that is whether another instance of
+// the plugin wrote it since. A file that does not parse counts as changed:
+// load then reports it.
+func (s *checkpointStore) changed() (bool, error) {
+	raw, err := os.ReadFile(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s.seen != "", nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read checkpoint: %w", err)
+	}
+	var file checkpointFile
+	if err := json.Unmarshal(raw, &file); err != nil {
+		return true, nil
+	}
+	return file.Checksum != s.seen, nil
 }
 
 // save replaces the checkpoint atomically and durably: write a temp file,
@@ -106,7 +131,8 @@ func (s *checkpointStore) save(data *checkpointData) error {
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}
-	raw, err := json.Marshal(checkpointFile{Version: checkpointVersion, Checksum: checksum(payload), Data: payload})
+	sum := checksum(payload)
+	raw, err := json.Marshal(checkpointFile{Version: checkpointVersion, Checksum: sum, Data: payload})
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}
@@ -130,6 +156,7 @@ func (s *checkpointStore) save(data *checkpointData) error {
 	if err := os.Rename(tmp.Name(), s.path); err != nil {
 		return fmt.Errorf("replace checkpoint: %w", err)
 	}
+	s.seen = sum
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()

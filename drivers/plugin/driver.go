@@ -45,6 +45,13 @@ type Config struct {
 	CDIDir string
 	// BootIDPath is read to detect reboots. Empty disables the check.
 	BootIDPath string
+	// RollingUpdateUID is the UID of the plugin's pod. Set, it lets a
+	// DaemonSet rolling update (maxSurge) start the new plugin pod while
+	// the old one still serves: the sockets of each instance carry its
+	// pod UID and the kubelet may call either instance. Empty means one
+	// instance per node at a time. Either way instances coordinate
+	// through a lock file in PluginDataDir.
+	RollingUpdateUID types.UID
 	// Events, if set, sends the plugin's events; otherwise the plugin
 	// starts a broadcaster of its own. A process that runs many plugins
 	// (strata-sim runs one per simulated node) shares one.
@@ -75,9 +82,14 @@ func (c *Config) validate() error {
 
 // Driver is a running kubelet plugin for one driver on one node.
 type Driver struct {
-	cfg      Config
-	cdi      *cdi.Writer
-	store    checkpointStore
+	cfg   Config
+	cdi   *cdi.Writer
+	store checkpointStore
+	// lock is shared with the other instances of the plugin on the node:
+	// it is held, after mu, while state is brought up to date with the
+	// checkpoint and while the checkpoint, the CDI specs or the hardware
+	// change, and released when the plugin is idle.
+	lock     fileLock
 	recorder record.EventRecorder
 	stopRec  func()
 	helper   *kubeletplugin.Helper
@@ -111,14 +123,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
-	writer, err := cdi.NewWriter(cfg.DriverName, cfg.CDIDir)
+	d, err := newDriver(cfg)
 	if err != nil {
 		return nil, err
-	}
-	d := &Driver{
-		cfg:   cfg,
-		cdi:   writer,
-		store: checkpointStore{path: filepath.Join(cfg.PluginDataDir, "checkpoint.json")},
 	}
 	d.recorder, d.stopRec = newRecorder(ctx, cfg)
 	register()
@@ -127,14 +134,18 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		d.stopRec()
 		return nil, err
 	}
-	helper, err := kubeletplugin.Start(ctx, d,
+	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(cfg.DriverName),
 		kubeletplugin.NodeName(cfg.NodeName),
 		kubeletplugin.NodeUID(cfg.NodeUID),
 		kubeletplugin.KubeClient(cfg.KubeClient),
 		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir),
 		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir),
-	)
+	}
+	if cfg.RollingUpdateUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(cfg.RollingUpdateUID))
+	}
+	helper, err := kubeletplugin.Start(ctx, d, opts...)
 	if err != nil {
 		d.stopRec()
 		return nil, fmt.Errorf("start kubelet plugin helper: %w", err)
@@ -161,6 +172,21 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	return d, nil
 }
 
+// newDriver returns a driver that has not started: its checkpoint, lock
+// file and CDI specs are where cfg says.
+func newDriver(cfg Config) (*Driver, error) {
+	writer, err := cdi.NewWriter(cfg.DriverName, cfg.CDIDir)
+	if err != nil {
+		return nil, err
+	}
+	return &Driver{
+		cfg:   cfg,
+		cdi:   writer,
+		store: checkpointStore{path: filepath.Join(cfg.PluginDataDir, "checkpoint.json")},
+		lock:  fileLock{path: filepath.Join(cfg.PluginDataDir, lockFileName)},
+	}, nil
+}
+
 // Stop shuts down the gRPC services and slice publishing. Published slices
 // stay in the API server, as they do when a real plugin restarts.
 func (d *Driver) Stop() {
@@ -184,14 +210,31 @@ func (d *Driver) Republish(ctx context.Context) error {
 	return d.publish(ctx)
 }
 
+// refreshInventory rediscovers the devices. What the backend discovers
+// may depend on the checkpoint (whose MIG instances are the plugin's
+// own), so the checkpoint that another instance may have written is
+// loaded first.
 func (d *Driver) refreshInventory(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	release, err := d.lock.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	reloaded, err := d.syncLocked(ctx)
+	if err != nil || reloaded {
+		return err
+	}
+	return d.refreshInventoryLocked(ctx)
+}
+
+func (d *Driver) refreshInventoryLocked(ctx context.Context) error {
 	inv, err := d.cfg.Backend.Discover(ctx)
 	if err != nil {
 		return fmt.Errorf("discover devices: %w", err)
 	}
-	d.mu.Lock()
 	d.inventory = inv
-	d.mu.Unlock()
 	return nil
 }
 
@@ -232,29 +275,78 @@ func (d *Driver) nodeRef() *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: d.cfg.NodeName, UID: d.cfg.NodeUID}
 }
 
-// startUp brings the plugin's state back before it serves anything: the
-// checkpoint is loaded and handed to the backend, devices are discovered
-// (rolling back an interrupted prepare needs them, and a backend may need
-// the checkpoint to discover them), then disk and hardware are recovered.
+// startUp brings the plugin's state back before it serves anything, under
+// the lock shared with other instances: while an old instance is in the
+// middle of a prepare, a new one waits, so that it neither rolls back that
+// prepare nor removes its CDI spec as an orphan.
 func (d *Driver) startUp(ctx context.Context) error {
-	if err := d.loadCheckpoint(ctx); err != nil {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	release, err := d.lock.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return d.restoreLocked(ctx, true)
+}
+
+// restoreLocked makes state, backend and disk what the checkpoint says:
+// the checkpoint is loaded and handed to the backend, devices are
+// discovered (rolling back an interrupted prepare needs them, and a
+// backend may need the checkpoint to discover them), then disk and
+// hardware are recovered. It runs at start-up and whenever another
+// instance of the plugin wrote the checkpoint. The caller holds mu and
+// the lock.
+func (d *Driver) restoreLocked(ctx context.Context, startUp bool) error {
+	if err := d.loadCheckpointLocked(ctx); err != nil {
 		return err
 	}
 	if r, ok := d.cfg.Backend.(Restorer); ok {
-		r.Restore(ctx, d.claimStates())
+		r.Restore(ctx, d.claimStatesLocked())
 	}
-	if err := d.refreshInventory(ctx); err != nil {
+	if err := d.refreshInventoryLocked(ctx); err != nil {
 		return err
 	}
-	return d.recover(ctx)
+	return d.recoverLocked(ctx, startUp)
 }
 
-// loadCheckpoint reads the checkpoint: a corrupt one is quarantined and
-// replaced by an empty one, and state from an earlier boot is dropped.
-func (d *Driver) loadCheckpoint(ctx context.Context) error {
+// lockSharedLocked takes the lock shared with other instances of the plugin and
+// brings state up to date with the checkpoint. The caller holds mu and
+// must call release.
+func (d *Driver) lockSharedLocked(ctx context.Context) (release func(), err error) {
+	release, err = d.lock.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.syncLocked(ctx); err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
+}
+
+// syncLocked reloads the checkpoint if another instance of the plugin
+// wrote it since this one last read or wrote it, and hands it to the
+// backend again, as at start-up. It reports whether it reloaded. The
+// caller holds mu and the lock.
+func (d *Driver) syncLocked(ctx context.Context) (bool, error) {
+	changed, err := d.store.changed()
+	if err != nil || !changed {
+		return false, err
+	}
+	klog.FromContext(ctx).V(1).Info("Checkpoint was written by another instance of the plugin, reloading it")
+	if err := d.restoreLocked(ctx, false); err != nil {
+		d.store.seen = "" // so that the next call tries again
+		return true, fmt.Errorf("reload the checkpoint written by another instance of the plugin: %w", err)
+	}
+	d.updateDeviceGaugesLocked()
+	return true, nil
+}
+
+// loadCheckpointLocked reads the checkpoint: a corrupt one is quarantined
+// and replaced by an empty one, and state from an earlier boot is dropped.
+func (d *Driver) loadCheckpointLocked(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	d.mu.Lock()
-	defer d.mu.Unlock()
 
 	bootID, err := readBootID(d.cfg.BootIDPath)
 	if err != nil {
@@ -282,10 +374,8 @@ func (d *Driver) loadCheckpoint(ctx context.Context) error {
 	return nil
 }
 
-// claimStates copies every claim of the checkpoint.
-func (d *Driver) claimStates() []ClaimState {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// claimStatesLocked copies every claim of the checkpoint.
+func (d *Driver) claimStatesLocked() []ClaimState {
 	out := make([]ClaimState, 0, len(d.state.Claims))
 	for _, c := range d.state.Claims {
 		out = append(out, *c)
@@ -293,13 +383,20 @@ func (d *Driver) claimStates() []ClaimState {
 	return out
 }
 
-// recover brings disk and hardware back in line with the loaded
+// recoverLocked brings disk and hardware back in line with the loaded
 // checkpoint: interrupted prepares are rolled back, the backend
-// reconciles, and CDI specs that no claim owns are removed.
-func (d *Driver) recover(ctx context.Context) error {
+// reconciles, and CDI specs that no claim owns are removed. Under the
+// lock no other instance is in the middle of a prepare, so a prepare
+// that is not complete was interrupted, and every spec that another
+// instance wrote belongs to a claim of the checkpoint.
+//
+// At start-up a failed rollback fails the start. Later, when another
+// instance wrote the checkpoint, it is logged and the claim stays in the
+// checkpoint, keeping its devices from other claims, until its next
+// prepare or unprepare or the next start-up tries again: the claims this
+// instance serves are not held up by another's leftovers.
+func (d *Driver) recoverLocked(ctx context.Context, startUp bool) error {
 	logger := klog.FromContext(ctx)
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	state := d.state
 
 	for uid, claim := range state.Claims {
@@ -308,7 +405,11 @@ func (d *Driver) recover(ctx context.Context) error {
 		}
 		logger.V(1).Info("Rolling back interrupted prepare", "claim", klog.KRef(claim.Namespace, claim.Name), "claimUID", uid)
 		if err := d.rollbackLocked(ctx, claim); err != nil {
-			return fmt.Errorf("roll back interrupted prepare of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+			err = fmt.Errorf("roll back interrupted prepare of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+			if startUp {
+				return err
+			}
+			logger.Error(err, "Rollback failed, keeping the claim in the checkpoint to try again later", "claim", klog.KRef(claim.Namespace, claim.Name), "claimUID", uid)
 		}
 	}
 	if r, ok := d.cfg.Backend.(Reconciler); ok {

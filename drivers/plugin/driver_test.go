@@ -29,11 +29,16 @@ import (
 const testDriver = "gpu.example.com"
 
 // fakeBackend records what it prepared; failPrepare makes Prepare fail.
+// hw, if set, is the node's hardware shared with other instances;
+// beforePrepare, if set, runs first in Prepare.
 type fakeBackend struct {
-	devices     []resourceapi.Device
-	failPrepare error
-	prepared    map[types.UID][]string
-	unprepared  []types.UID
+	devices       []resourceapi.Device
+	failPrepare   error
+	prepared      map[types.UID][]string
+	unprepared    []types.UID
+	released      map[types.UID][]PreparedDevice
+	hw            *fakeHardware
+	beforePrepare func(claim types.UID)
 }
 
 func (b *fakeBackend) Discover(context.Context) (*Inventory, error) {
@@ -41,9 +46,13 @@ func (b *fakeBackend) Discover(context.Context) (*Inventory, error) {
 }
 
 func (b *fakeBackend) Prepare(_ context.Context, req *PrepareRequest) (*PrepareResponse, error) {
+	if b.beforePrepare != nil {
+		b.beforePrepare(req.Claim.UID)
+	}
 	if b.failPrepare != nil {
 		return nil, b.failPrepare
 	}
+	b.hw.take(req.Claim.UID, req.Devices)
 	resp := &PrepareResponse{Common: cdispec.ContainerEdits{Env: []string{"COMMON=1"}}}
 	for _, a := range req.Devices {
 		if b.prepared == nil {
@@ -59,9 +68,14 @@ func (b *fakeBackend) Prepare(_ context.Context, req *PrepareRequest) (*PrepareR
 	return resp, nil
 }
 
-func (b *fakeBackend) Unprepare(_ context.Context, claim ClaimRef, _ []PreparedDevice) error {
+func (b *fakeBackend) Unprepare(_ context.Context, claim ClaimRef, devices []PreparedDevice) error {
 	b.unprepared = append(b.unprepared, claim.UID)
+	if b.released == nil {
+		b.released = map[types.UID][]PreparedDevice{}
+	}
+	b.released[claim.UID] = devices
 	delete(b.prepared, claim.UID)
+	b.hw.release(claim.UID, devices)
 	return nil
 }
 
@@ -74,17 +88,13 @@ func newTestDriver(t *testing.T, dir string, backend *fakeBackend, bootID string
 	if err := os.WriteFile(bootPath, []byte(bootID+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	writer, err := cdi.NewWriter(testDriver, filepath.Join(dir, "cdi"))
+	register()
+	d, err := newDriver(Config{DriverName: testDriver, NodeName: t.Name(), Backend: backend,
+		PluginDataDir: dir, CDIDir: filepath.Join(dir, "cdi"), BootIDPath: bootPath})
 	if err != nil {
 		t.Fatal(err)
 	}
-	register()
-	d := &Driver{
-		cfg:      Config{DriverName: testDriver, NodeName: t.Name(), Backend: backend, BootIDPath: bootPath},
-		cdi:      writer,
-		store:    checkpointStore{path: filepath.Join(dir, "checkpoint.json")},
-		recorder: record.NewFakeRecorder(10),
-	}
+	d.recorder = record.NewFakeRecorder(10)
 	if err := d.startUp(ctx); err != nil {
 		t.Fatalf("start up: %v", err)
 	}

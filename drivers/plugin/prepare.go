@@ -20,10 +20,18 @@ import (
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin. Each claim is
-// prepared on its own; one failing claim does not fail the others.
+// prepared on its own; one failing claim does not fail the others. The
+// batch runs under the lock shared with other instances of the plugin,
+// on the checkpoint as the last of them left it.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	release, err := d.lockSharedLocked(ctx)
+	if err != nil {
+		operationErrors.WithLabelValues(d.cfg.DriverName, "prepare").Add(float64(len(claims)))
+		return nil, err
+	}
+	defer release()
 	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, claim := range claims {
 		logger := klog.LoggerWithValues(klog.FromContext(ctx), "claim", klog.KObj(claim), "claimUID", claim.UID)
@@ -40,10 +48,19 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return results, nil
 }
 
-// UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Like
+// PrepareResourceClaims it runs under the lock shared with other
+// instances: a claim may be unprepared by another instance than the one
+// that prepared it.
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	release, err := d.lockSharedLocked(ctx)
+	if err != nil {
+		operationErrors.WithLabelValues(d.cfg.DriverName, "unprepare").Add(float64(len(claims)))
+		return nil, err
+	}
+	defer release()
 	results := make(map[types.UID]error, len(claims))
 	for _, claim := range claims {
 		logger := klog.LoggerWithValues(klog.FromContext(ctx), "claim", claim.NamespacedName, "claimUID", claim.UID)

@@ -3,21 +3,20 @@
 package config
 
 import (
-	_ "embed"
 	"fmt"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/strata-sh/strata/deployments"
 )
 
 // ProfileName is the scheduler name of Strata's profile; pods select it
 // with spec.schedulerName.
 const ProfileName = "strata-scheduler"
 
-//go:embed strata-scheduler.yaml
-var defaultConfig []byte
-
-// Default returns the shipped KubeSchedulerConfiguration as YAML.
-func Default() []byte { return append([]byte(nil), defaultConfig...) }
+// Default returns the shipped KubeSchedulerConfiguration as YAML: the
+// Helm chart's files/scheduler-config.yaml.
+func Default() []byte { return deployments.SchedulerConfig() }
 
 // ForKubeconfig returns the shipped configuration adjusted to run a single
 // scheduler against the API server in kubeconfig: no leader election.

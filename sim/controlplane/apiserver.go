@@ -97,6 +97,9 @@ func startAPIServer(ctx context.Context, dir, etcdURL string, opts Options) (*ap
 	s.Metrics.AllowListMapping = map[string]string{}
 	flags := []string{
 		"--disable-admission-plugins=" + strings.Join(disabledAdmission, ","),
+		// As on a real cluster: components run under their service
+		// accounts and get only what the chart's RBAC grants them.
+		"--authorization-mode=Node,RBAC",
 		// The kubernetes Service would point at a loopback address, which
 		// the endpoints API rejects; nothing in the cluster uses it.
 		"--endpoint-reconciler-type=none",
@@ -129,6 +132,7 @@ func startAPIServer(ctx context.Context, dir, etcdURL string, opts Options) (*ap
 		listener.Close()
 		return nil, fmt.Errorf("kube-apiserver options: %w", utilerrors.NewAggregate(errs))
 	}
+	installServiceRoutes()
 	config, err := app.NewConfig(completed)
 	if err != nil {
 		return nil, err

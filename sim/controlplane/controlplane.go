@@ -37,6 +37,9 @@ type Options struct {
 	// SchedulerConfig is a KubeSchedulerConfiguration; nil means the one
 	// strata-scheduler ships with.
 	SchedulerConfig []byte
+	// SchedulerIdentity, if set, is who the scheduler runs as (its
+	// service account); nil means the admin.
+	SchedulerIdentity *Identity
 	// Plugins are the out-of-tree scheduler plugins; nil means Strata's.
 	Plugins runtime.Registry
 	// NoScheduler leaves the scheduler out, for tests that drive
@@ -118,9 +121,16 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, finalErr error) 
 		if plugins == nil {
 			plugins = schedulerplugins.Registry()
 		}
+		schedKubeconfig := kubeconfig
+		if id := opts.SchedulerIdentity; id != nil {
+			schedKubeconfig = filepath.Join(cp.Dir, "scheduler.kubeconfig")
+			if err := cp.writeKubeconfig(schedKubeconfig, id); err != nil {
+				return nil, err
+			}
+		}
 		cp.restart = func() error {
 			schedCtx, cancel := context.WithCancel(ctx)
-			done, err := startScheduler(schedCtx, cp.Dir, kubeconfig, config, plugins)
+			done, err := startScheduler(schedCtx, cp.Dir, schedKubeconfig, config, plugins)
 			if err != nil {
 				cancel()
 				return err
@@ -167,6 +177,11 @@ func (cp *ControlPlane) Stop() {
 // WriteKubeconfig writes an admin kubeconfig for this control plane, usable
 // by kubectl.
 func (cp *ControlPlane) WriteKubeconfig(path string) error {
+	return cp.writeKubeconfig(path, nil)
+}
+
+// writeKubeconfig writes a kubeconfig that acts as id (admin if nil).
+func (cp *ControlPlane) writeKubeconfig(path string, id *Identity) error {
 	c := cp.Config
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["strata-sim"] = &clientcmdapi.Cluster{
@@ -175,7 +190,11 @@ func (cp *ControlPlane) WriteKubeconfig(path string) error {
 		TLSServerName:            c.TLSClientConfig.ServerName,
 		InsecureSkipTLSVerify:    c.TLSClientConfig.Insecure,
 	}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: c.BearerToken}
+	auth := &clientcmdapi.AuthInfo{Token: c.BearerToken}
+	if id != nil {
+		auth.Impersonate, auth.ImpersonateGroups, auth.ImpersonateUserExtra = id.User, id.Groups, id.Extra
+	}
+	cfg.AuthInfos["admin"] = auth
 	cfg.Contexts["strata-sim"] = &clientcmdapi.Context{Cluster: "strata-sim", AuthInfo: "admin"}
 	cfg.CurrentContext = "strata-sim"
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {

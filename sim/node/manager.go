@@ -36,6 +36,11 @@ const nodeNameIndex = "spec.nodeName"
 // work queue serve all nodes, so thousands of nodes cost one watch, not
 // thousands.
 type Manager struct {
+	// PluginClient, if set, gives each node's kubelet plugins their own
+	// client (the identity of the plugin pod on that node); nil means the
+	// manager's client. Set it before adding nodes.
+	PluginClient PluginClientFunc
+
 	client  kubernetes.Interface
 	baseDir string
 	ctx     context.Context
@@ -119,7 +124,7 @@ func NewManager(ctx context.Context, client kubernetes.Interface, baseDir string
 
 // AddNode creates a node and starts its plugins.
 func (m *Manager) AddNode(ctx context.Context, spec Spec) (*Node, error) {
-	n, err := newNode(ctx, m.client, m.events, m.baseDir, spec, m.ctx, func(n *Node, keys []deviceKey) { m.refreshHealth(m.ctx, n, keys) })
+	n, err := newNode(ctx, m.client, m.PluginClient, m.events, m.baseDir, spec, m.ctx, func(n *Node, keys []deviceKey) { m.refreshHealth(m.ctx, n, keys) })
 	if err != nil {
 		return nil, err
 	}

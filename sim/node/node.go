@@ -73,6 +73,10 @@ func (e PluginEnv) PluginDir(driver string) string {
 	return filepath.Join(e.Root, "plugins", driver)
 }
 
+// PluginClientFunc returns the client of a driver's kubelet plugin on a
+// node: the identity its DaemonSet pod's service account token has there.
+type PluginClientFunc func(driver, node string, uid types.UID) (kubernetes.Interface, error)
+
 // Plugin is a running kubelet plugin.
 type Plugin interface {
 	Stop()
@@ -90,8 +94,11 @@ type Node struct {
 	Env  PluginEnv
 
 	clients *pluginClients
-	runtime *containerRuntime
-	health  *healthCache
+	// pluginClient gives each driver's plugin its identity (nil: the
+	// node's client).
+	pluginClient PluginClientFunc
+	runtime      *containerRuntime
+	health       *healthCache
 
 	mu      sync.Mutex
 	plugins map[string]Plugin
@@ -108,7 +115,7 @@ type preparedClaim struct {
 
 // newNode creates the Node object and the node's directories and starts
 // its plugins.
-func newNode(ctx context.Context, client kubernetes.Interface, events record.EventBroadcaster, baseDir string, spec Spec, watchCtx context.Context, healthChanged func(*Node, []deviceKey)) (*Node, error) {
+func newNode(ctx context.Context, client kubernetes.Interface, pluginClient PluginClientFunc, events record.EventBroadcaster, baseDir string, spec Spec, watchCtx context.Context, healthChanged func(*Node, []deviceKey)) (*Node, error) {
 	obj, err := createNodeObject(ctx, client, spec)
 	if err != nil {
 		return nil, err
@@ -150,6 +157,8 @@ func newNode(ctx context.Context, client kubernetes.Interface, events record.Eve
 		health:  newHealthCache(),
 		plugins: map[string]Plugin{},
 		claims:  map[types.UID]*preparedClaim{},
+
+		pluginClient: pluginClient,
 	}
 	n.clients = newPluginClients(watchCtx, env.RegistryDir, n.health, func(keys []deviceKey) { healthChanged(n, keys) })
 	for _, p := range spec.Plugins {
@@ -163,7 +172,15 @@ func newNode(ctx context.Context, client kubernetes.Interface, events record.Eve
 
 func (n *Node) startPlugin(ctx context.Context, p PluginFactory) error {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "node", n.Spec.Name, "driver", p.Driver)
-	plugin, err := p.Start(klog.NewContext(ctx, logger), n.Env)
+	env := n.Env
+	if n.pluginClient != nil {
+		client, err := n.pluginClient(p.Driver, n.Spec.Name, n.Env.NodeUID)
+		if err != nil {
+			return fmt.Errorf("node %s: client of the %s plugin: %w", n.Spec.Name, p.Driver, err)
+		}
+		env.Client = client
+	}
+	plugin, err := p.Start(klog.NewContext(ctx, logger), env)
 	if err != nil {
 		return fmt.Errorf("node %s: start %s plugin: %w", n.Spec.Name, p.Driver, err)
 	}

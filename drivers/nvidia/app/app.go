@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -34,6 +35,10 @@ type Options struct {
 	// NodeName is required; NodeUID is optional.
 	NodeName string
 	NodeUID  types.UID
+	// PodUID is the UID of the plugin's pod; set, the DaemonSet may be
+	// updated with maxSurge, the new pod starting beside the old one.
+	// Empty means one plugin pod per node at a time.
+	PodUID types.UID
 	// Kubeconfig is used by Run; empty means the in-cluster configuration.
 	Kubeconfig string
 
@@ -63,6 +68,7 @@ type Options struct {
 func NewOptions() Options {
 	return Options{
 		NodeName:             os.Getenv("NODE_NAME"),
+		PodUID:               types.UID(os.Getenv("POD_UID")),
 		PluginDataDir:        filepath.Join(kubeletplugin.KubeletPluginsDir, nvidia.DriverName),
 		RegistrarDir:         kubeletplugin.KubeletRegistryDir,
 		CDIDir:               "/var/run/cdi",
@@ -85,6 +91,10 @@ func NewOptions() Options {
 // defaults.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of this node (default $NODE_NAME)")
+	fs.StringVar((*string)(&o.PodUID), "pod-uid", string(o.PodUID), "UID of this plugin's pod, from the downward API (default $POD_UID); "+
+		"enables rolling updates of the DaemonSet with maxSurge (kubelet 1.33 or later): the new pod starts and serves beside the old one, "+
+		"both coordinating through a lock in --plugin-data-dir. Empty means no rolling-update support: one plugin pod per node at a time "+
+		"(maxSurge 0)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; in-cluster configuration if empty")
 	fs.StringVar(&o.PluginDataDir, "plugin-data-dir", o.PluginDataDir, "directory for the DRA socket and the checkpoint")
 	fs.StringVar(&o.RegistrarDir, "registrar-dir", o.RegistrarDir, "kubelet plugin registration directory")
@@ -108,6 +118,9 @@ func (o Options) Validate() error {
 	var errs []error
 	if o.NodeName == "" {
 		errs = append(errs, errors.New("--node-name or $NODE_NAME is required"))
+	}
+	if strings.Contains(string(o.PodUID), "/") {
+		errs = append(errs, fmt.Errorf("--pod-uid %q must not contain a slash: it becomes part of socket file names", o.PodUID))
 	}
 	if _, err := nvidia.ParseMIGMode(o.MIGMode); err != nil {
 		errs = append(errs, fmt.Errorf("--mig-mode: %w", err))
@@ -181,16 +194,17 @@ func Start(ctx context.Context, o Options, client kubernetes.Interface, host Hos
 		return nil, fmt.Errorf("NVIDIA backend: %w", err)
 	}
 	driver, err := plugin.Start(ctx, plugin.Config{
-		DriverName:    nvidia.DriverName,
-		NodeName:      o.NodeName,
-		NodeUID:       o.NodeUID,
-		KubeClient:    client,
-		Backend:       backend,
-		PluginDataDir: o.PluginDataDir,
-		RegistrarDir:  o.RegistrarDir,
-		CDIDir:        o.CDIDir,
-		BootIDPath:    o.BootIDPath,
-		Events:        host.Events,
+		DriverName:       nvidia.DriverName,
+		NodeName:         o.NodeName,
+		NodeUID:          o.NodeUID,
+		KubeClient:       client,
+		RollingUpdateUID: o.PodUID,
+		Backend:          backend,
+		PluginDataDir:    o.PluginDataDir,
+		RegistrarDir:     o.RegistrarDir,
+		CDIDir:           o.CDIDir,
+		BootIDPath:       o.BootIDPath,
+		Events:           host.Events,
 	})
 	if err != nil {
 		backend.Close()

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 func TestFlagsSetOptions(t *testing.T) {
@@ -34,5 +36,35 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %s", err, want)
 		}
+	}
+}
+
+// TestPodUIDFlag: the pod UID comes from $POD_UID, as the DaemonSet sets
+// it from the downward API, or from --pod-uid, whose help says what an
+// empty one means.
+func TestPodUIDFlag(t *testing.T) {
+	t.Setenv("POD_UID", "6f1c2a4e-0d7b-4c52-9a57-3c1e8d2b7f10")
+	for args, want := range map[string]types.UID{
+		"":                  "6f1c2a4e-0d7b-4c52-9a57-3c1e8d2b7f10",
+		"--pod-uid=abc-123": "abc-123",
+		"--pod-uid=":        "",
+	} {
+		o := NewOptions()
+		fs := flag.NewFlagSet("nvidia-kubelet-plugin", flag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(strings.Fields(args)); err != nil {
+			t.Fatal(err)
+		}
+		if o.PodUID != want {
+			t.Errorf("flags %q: pod UID %q, want %q", args, o.PodUID, want)
+		}
+		if usage := fs.Lookup("pod-uid").Usage; !strings.Contains(usage, "$POD_UID") || !strings.Contains(usage, "Empty means no rolling-update support") {
+			t.Errorf("--pod-uid help does not say where the UID comes from and what empty means: %q", usage)
+		}
+	}
+	o := NewOptions()
+	o.NodeName, o.PodUID = "dgx-7", "a/b"
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--pod-uid") {
+		t.Errorf("pod UID with a slash: %v", err)
 	}
 }

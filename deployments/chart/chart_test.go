@@ -1,0 +1,179 @@
+package chart
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/strata-sh/strata/deployments"
+)
+
+// objects decodes every document of the rendered manifests.
+func objects(t *testing.T, r *Rendered) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	for _, m := range r.All() {
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(m.Content), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); err != nil {
+				require.ErrorContains(t, err, "EOF", m.Name)
+				break
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			require.NotEmpty(t, u.GetKind(), "%s: a document without kind", m.Name)
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+func kinds(objs []*unstructured.Unstructured) map[string]int {
+	out := map[string]int{}
+	for _, o := range objs {
+		out[o.GetKind()]++
+	}
+	return out
+}
+
+func TestRenderDefaults(t *testing.T) {
+	r, err := Render(DefaultRelease, nil)
+	require.NoError(t, err)
+	objs := objects(t, r)
+	got := kinds(objs)
+	assert.Equal(t, 2, got["CustomResourceDefinition"])
+	assert.Equal(t, 4, got["DeviceClass"], "accelerator plus the three NVIDIA classes")
+	assert.Equal(t, 2, got["Deployment"], "scheduler and controller")
+	assert.Equal(t, 1, got["DaemonSet"], "the NVIDIA plugin")
+	assert.Equal(t, 2, got["ValidatingAdmissionPolicy"])
+	assert.Equal(t, 2, got["ValidatingAdmissionPolicyBinding"])
+	assert.Equal(t, 1, got["ValidatingWebhookConfiguration"])
+	assert.Equal(t, 3, got["ServiceAccount"])
+
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "DeviceClass" || strings.HasPrefix(o.GetKind(), "Cluster") || strings.HasPrefix(o.GetKind(), "Validating") {
+			continue
+		}
+		if o.GetName() == "strata-scheduler-authentication-reader" {
+			assert.Equal(t, "kube-system", o.GetNamespace())
+			continue
+		}
+		assert.Equal(t, "strata-system", o.GetNamespace(), "%s %s", o.GetKind(), o.GetName())
+	}
+
+	// The scheduler runs the shipped profiles, elected in the release
+	// namespace.
+	cm := find(objs, "ConfigMap", "strata-scheduler-config")
+	require.NotNil(t, cm)
+	data, _, _ := unstructured.NestedString(cm.Object, "data", "config.yaml")
+	var cfg, shipped map[string]any
+	require.NoError(t, yaml.Unmarshal([]byte(data), &cfg))
+	require.NoError(t, yaml.Unmarshal(deployments.SchedulerConfig(), &shipped))
+	assert.Equal(t, shipped["profiles"], cfg["profiles"])
+	assert.Equal(t, map[string]any{"leaderElect": true, "resourceName": "strata-scheduler", "resourceNamespace": "strata-system"}, cfg["leaderElection"])
+
+	// The plugin's identity and its node come from the downward API; its
+	// host paths are the kubelet's.
+	ds := find(objs, "DaemonSet", "strata-nvidia-kubelet-plugin")
+	require.NotNil(t, ds)
+	sa, _, _ := unstructured.NestedString(ds.Object, "spec", "template", "spec", "serviceAccountName")
+	assert.Equal(t, "strata-nvidia-kubelet-plugin", sa)
+	raw, err := yaml.Marshal(ds.Object)
+	require.NoError(t, err)
+	for _, want := range []string{"--plugin-data-dir=/var/lib/kubelet/plugins/nvidia.strata.sh", "--registrar-dir=/var/lib/kubelet/plugins_registry", "fieldPath: spec.nodeName", "fieldPath: metadata.uid", "maxSurge: 1", "maxUnavailable: 0"} {
+		assert.Contains(t, string(raw), want)
+	}
+
+	// The slice policy names the plugin's service account and driver.
+	vap := find(objs, "ValidatingAdmissionPolicy", "strata-node-restricted-slices")
+	require.NotNil(t, vap)
+	raw, err = yaml.Marshal(vap.Object)
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), `system:serviceaccount:strata-system:strata-nvidia-kubelet-plugin`)
+	assert.Contains(t, string(raw), `nvidia.strata.sh`)
+}
+
+// TestRenderValuesFiles renders every values file in the chart's ci/
+// folder (one per vendor and feature toggle).
+func TestRenderValuesFiles(t *testing.T) {
+	files, err := filepath.Glob("../helm/strata/ci/*-values.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			raw, err := os.ReadFile(f)
+			require.NoError(t, err)
+			values, err := ParseValues(raw)
+			require.NoError(t, err)
+			r, err := Render(Release{Name: "strata", Namespace: "gpu-system"}, values)
+			require.NoError(t, err)
+			objs := objects(t, r)
+			switch filepath.Base(f) {
+			case "no-webhook-values.yaml":
+				assert.Zero(t, kinds(objs)["ValidatingWebhookConfiguration"])
+				assert.Nil(t, find(objs, "Secret", "strata-controller-webhook-cert"))
+			case "scheduler-only-values.yaml":
+				assert.Zero(t, kinds(objs)["DaemonSet"])
+				assert.Zero(t, kinds(objs)["DeviceClass"])
+				cm := find(objs, "ConfigMap", "strata-scheduler-config")
+				require.NotNil(t, cm)
+				data, _, _ := unstructured.NestedString(cm.Object, "data", "config.yaml")
+				assert.Contains(t, data, "percentageOfNodesToScore: 50")
+				assert.Contains(t, data, "leaderElect: false")
+			case "nvidia-dynamic-mig-values.yaml":
+				ds := find(objs, "DaemonSet", "strata-nvidia-kubelet-plugin")
+				require.NotNil(t, ds)
+				raw, _ := yaml.Marshal(ds.Object)
+				assert.Contains(t, string(raw), "--mig-mode=dynamic")
+				assert.Contains(t, string(raw), "path: /run/nvidia/driver")
+				assert.Contains(t, string(raw), "--fabric-partitions-file=/run/nvidia-fabricmanager/partitions.json")
+			}
+		})
+	}
+}
+
+// TestSchemaRefusesBadValues: values.schema.json names the value at
+// fault for a wrong type and for an unknown key, at any depth.
+func TestSchemaRefusesBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		name, values string
+		want         []string
+	}{
+		{"wrong type", "scheduler:\n  replicas: two\n", []string{"/scheduler/replicas", "integer"}},
+		{"wrong enum", "plugins:\n  nvidia:\n    driver:\n      migMode: sometimes\n", []string{"/plugins/nvidia/driver/migMode"}},
+		{"unknown top-level key", "schedular:\n  replicas: 1\n", []string{"schedular"}},
+		{"unknown nested key", "plugins:\n  nvidia:\n    driver:\n      migmode: dynamic\n", []string{"/plugins/nvidia/driver", "migmode"}},
+		{"unknown plugin key", "plugins:\n  nvidia:\n    nodeSelecter: {}\n", []string{"/plugins/nvidia", "nodeSelecter"}},
+		{"relative path", "kubeletDir: var/lib/kubelet\n", []string{"/kubeletDir"}},
+		{"bad duration", "plugins:\n  nvidia:\n    healthInterval: 5\n", []string{"/plugins/nvidia/healthInterval"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			values, err := ParseValues([]byte(tc.values))
+			require.NoError(t, err)
+			_, err = Render(DefaultRelease, values)
+			require.Error(t, err)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}

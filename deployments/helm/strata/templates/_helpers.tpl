@@ -1,0 +1,72 @@
+{{/* Name prefix of every object: the release name, or "strata". */}}
+{{- define "strata.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels of every object; call with (dict "root" $ "component" "x"). */}}
+{{- define "strata.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+{{- with .component }}
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of a component's pods; same argument as strata.labels. */}}
+{{- define "strata.selectorLabels" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Image reference; call with (dict "root" $ "image" .Values.x.image). */}}
+{{- define "strata.image" -}}
+{{- $tag := .image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion -}}
+{{- printf "%s/%s:%s" .root.Values.image.registry .image.repository $tag -}}
+{{- end -}}
+
+{{/* Service account user name of a component, as RBAC and policies see it. */}}
+{{- define "strata.serviceAccountUser" -}}
+{{- printf "system:serviceaccount:%s:%s" .root.Release.Namespace .name -}}
+{{- end -}}
+
+{{- define "strata.schedulerName" -}}{{ include "strata.fullname" . }}-scheduler{{- end -}}
+{{- define "strata.controllerName" -}}{{ include "strata.fullname" . }}-controller{{- end -}}
+{{- define "strata.webhookService" -}}{{ include "strata.fullname" . }}-controller-webhook{{- end -}}
+{{- define "strata.webhookSecret" -}}{{ include "strata.fullname" . }}-controller-webhook-cert{{- end -}}
+{{- define "strata.webhookConfig" -}}{{ include "strata.fullname" . }}-validation{{- end -}}
+
+{{/* The DRA driver name of each vendor's kubelet plugin. */}}
+{{- define "strata.driverNames" -}}
+nvidia: nvidia.strata.sh
+{{- end -}}
+
+{{/* Pod-level fields shared by every component; call with (dict "root" $ "c" .Values.x). */}}
+{{- define "strata.podPlacement" -}}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .c.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .c.nodeSelector }}
+nodeSelector:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .c.tolerations }}
+tolerations:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .c.affinity }}
+affinity:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
