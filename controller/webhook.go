@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -106,6 +107,7 @@ func setupWebhook(mgr ctrl.Manager, o WebhookOptions, ready chan struct{}) error
 	srv := mgr.GetWebhookServer() // adds it to the manager
 	if o.ManageCertificates {
 		err := rotator.AddRotator(mgr, &rotator.CertRotator{
+			ControllerName: rotatorName(),
 			SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.SecretName},
 			CertDir:        o.CertDir,
 			CAName:         caName,
@@ -131,4 +133,19 @@ func setupWebhook(mgr ctrl.Manager, o WebhookOptions, ready chan struct{}) error
 		return fmt.Errorf("add webhook readiness check: %w", err)
 	}
 	return nil
+}
+
+// rotatorSeq counts the certificate rotators of this process.
+var rotatorSeq atomic.Int64
+
+// rotatorName names a certificate rotator's controller. controller-runtime
+// wants controller names unique in a process, and the library builds its
+// controller outside the manager's SkipNameValidation, so a second manager
+// in the same process (tests, strata-sim restarting the controller) needs
+// a name of its own.
+func rotatorName() string {
+	if n := rotatorSeq.Add(1); n > 1 {
+		return fmt.Sprintf("strata-cert-rotator-%d", n)
+	}
+	return "strata-cert-rotator"
 }

@@ -341,6 +341,25 @@ func (s *Sim) pluginClient(driver, nodeName string, uid types.UID) (kubernetes.I
 	return kubernetes.NewForConfig(id.OnNode(nodeName, string(uid)).Config(s.ControlPlane.Config))
 }
 
+// PluginClient returns the client the kubelet plugin of driver on node
+// runs with, for tests of what that identity may do.
+func (s *Sim) PluginClient(driver, nodeName string) (kubernetes.Interface, error) {
+	n := s.Nodes.Node(nodeName)
+	if n == nil {
+		return nil, fmt.Errorf("no node %s", nodeName)
+	}
+	return s.pluginClient(driver, nodeName, n.Env.NodeUID)
+}
+
+// StopController stops strata-controller, webhook included, as an outage
+// would; it is safe to call more than once.
+func (s *Sim) StopController() {
+	if s.stopController != nil {
+		s.stopController()
+		s.stopController = nil
+	}
+}
+
 // freePort returns a loopback port that was free a moment ago.
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -356,9 +375,7 @@ func (s *Sim) Stop() {
 	if s.Nodes != nil {
 		s.Nodes.Stop()
 	}
-	if s.stopController != nil {
-		s.stopController()
-	}
+	s.StopController()
 	if s.ControlPlane != nil {
 		s.ControlPlane.Stop()
 	}

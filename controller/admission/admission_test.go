@@ -175,7 +175,7 @@ func TestMistakesAreRefusedWithTheirField(t *testing.T) {
 			bad: `{"metadata":{"name":"t","namespace":"ml"},"spec":{"spec":{"devices":{"requests":` + migRequest + `,"config":[` +
 				opaque(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing"}}`) + `]}}}}`,
 			good: `{"metadata":{"name":"t","namespace":"ml"},"spec":{"spec":{"devices":{"requests":` + migRequest + `,"config":[` +
-				opaque(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"None"}}`) + `]}}}}`,
+				opaque(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig"}`) + `]}}}}`,
 			want: `spec.spec.devices.config[0].opaque.parameters.sharing: Forbidden: only GPUs take a sharing configuration; request "mig" asks for MIG devices`,
 		},
 		{

@@ -74,9 +74,11 @@ func gpuConfig(p *field.Path, c resourcev1.DeviceConfiguration) (*configv1alpha1
 	return cfg, nil
 }
 
-// shares says whether a config asks to share its devices.
+// shares says whether a config has a sharing section. A MIG device
+// takes none at all, not even strategy None: the driver refuses any at
+// prepare time, and admission refuses what prepare would.
 func shares(cfg *configv1alpha1.GpuConfig) bool {
-	return cfg != nil && cfg.Sharing != nil && cfg.Sharing.Strategy != configv1alpha1.SharingNone
+	return cfg != nil && cfg.Sharing != nil
 }
 
 // claimErrors checks the configs of a claim's devices (p is the path of

@@ -271,6 +271,12 @@ func (a *Applier) afterApply(ctx context.Context, o Object) error {
 	return nil
 }
 
+// DryRun checks objects as Apply would before creating anything, and
+// creates nothing.
+func (a *Applier) DryRun(ctx context.Context, objs []Object) error {
+	return a.dryRun(ctx, objs)
+}
+
 // dryRun checks every object with a server-side dry run and returns all
 // refusals at once. What the apply itself provides is taken as present: a
 // namespaced object whose namespace the apply creates is checked in the

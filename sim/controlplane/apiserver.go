@@ -100,6 +100,9 @@ func startAPIServer(ctx context.Context, dir, etcdURL string, opts Options) (*ap
 		// As on a real cluster: components run under their service
 		// accounts and get only what the chart's RBAC grants them.
 		"--authorization-mode=Node,RBAC",
+		// As kubeadm and managed clusters do: kubelet plugins run
+		// privileged.
+		"--allow-privileged=true",
 		// The kubernetes Service would point at a loopback address, which
 		// the endpoints API rejects; nothing in the cluster uses it.
 		"--endpoint-reconciler-type=none",

@@ -46,12 +46,20 @@ func startCluster(t *testing.T, clusterYAML string) *env {
 // gates, API groups).
 func startClusterWith(t *testing.T, clusterYAML string, cp controlplane.Options) *env {
 	t.Helper()
+	return startSim(t, clusterYAML, sim.Config{ControlPlane: cp})
+}
+
+// startSim is startCluster with a simulator configuration (the cluster
+// comes from clusterYAML).
+func startSim(t *testing.T, clusterYAML string, cfg sim.Config) *env {
+	t.Helper()
 	c, err := cluster.Parse([]byte(clusterYAML))
 	if err != nil {
 		t.Fatalf("cluster file: %v", err)
 	}
+	cfg.Cluster = c
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := sim.Start(ctx, sim.Config{Cluster: c, ControlPlane: cp})
+	s, err := sim.Start(ctx, cfg)
 	if err != nil {
 		cancel()
 		t.Fatalf("start simulated cluster: %v", err)

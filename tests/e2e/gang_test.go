@@ -23,6 +23,7 @@ import (
 	"github.com/strata-sh/strata/internal/testutil"
 	"github.com/strata-sh/strata/scheduler-plugins/config"
 	"github.com/strata-sh/strata/scheduler-plugins/gang"
+	"github.com/strata-sh/strata/sim"
 )
 
 const blockLabel = "network.topology.nvidia.com/block"
@@ -379,7 +380,15 @@ func TestGangOfExtendedResourcePods(t *testing.T) {
 // declared on pods alone with a malformed one, each in its PodGroup's
 // Scheduled condition; once the last member arrives the gang schedules.
 func TestIncompleteAndInvalidGangsSayWhy(t *testing.T) {
-	e := startCluster(t, twoBlocks(2))
+	// Admission refuses the malformed annotations below when it is
+	// installed (TestAdmissionRefusesBadInput); the scheduler still
+	// explains them for objects made without it (an install with the
+	// webhook and the annotation policy off, or objects older than the
+	// install).
+	e := startSim(t, twoBlocks(2), sim.Config{ChartValues: map[string]any{
+		"controller": map[string]any{"webhook": map[string]any{"enabled": false}},
+		"policies":   map[string]any{"gangAnnotations": false},
+	}})
 	e.gang("short", 2, 3, 0, nil)
 	e.waitPodGroup("short", "short gang explained", 30*time.Second, func(_ *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
 		return c != nil && c.Reason == gang.ReasonWaitingForMembers && strings.Contains(c.Message, "has 2 of 3 pods; waiting for 1 more member")

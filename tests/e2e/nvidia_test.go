@@ -17,6 +17,7 @@ import (
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/internal/testutil"
 	"github.com/strata-sh/strata/scheduler-plugins/config"
+	"github.com/strata-sh/strata/sim"
 	"github.com/strata-sh/strata/sim/node"
 )
 
@@ -225,7 +226,11 @@ func TestSameNUMAAndExtendedResourceExamples(t *testing.T) {
 // TestBadOpaqueConfigFailsPrepareCleanly: bad configs are reported on the
 // pod with the field they got wrong, and leave nothing prepared.
 func TestBadOpaqueConfigFailsPrepareCleanly(t *testing.T) {
-	e := startCluster(t, oneH100MIGNode)
+	// Without the admission webhook (a cluster installed with it off, or
+	// claims made before Strata was installed) the driver itself refuses
+	// the configs when it prepares them; "memory-above-device" depends on
+	// the device and is only known then.
+	e := startSim(t, oneH100MIGNode, sim.Config{ChartValues: map[string]any{"controller": map[string]any{"webhook": map[string]any{"enabled": false}}}})
 	const nodeName = "h100-0"
 	raw := func(s string) runtime.RawExtension { return runtime.RawExtension{Raw: []byte(s)} }
 	shared := func() *testutil.ClaimSpecWrapper {
