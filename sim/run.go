@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/strata-sh/strata/deployments/chart"
 	"github.com/strata-sh/strata/sim/apply"
 	"github.com/strata-sh/strata/sim/cluster"
 	"github.com/strata-sh/strata/sim/controlplane"
@@ -46,7 +47,10 @@ type RunOptions struct {
 	// file's.
 	FeatureGates  map[string]bool
 	RuntimeConfig []string
-	Out           io.Writer
+	// ChartValues are Helm values files for the chart strata-sim
+	// installs, later files over earlier ones (helm install -f).
+	ChartValues []string
+	Out         io.Writer
 }
 
 // writeReport prints the report in the chosen format.
@@ -110,7 +114,11 @@ func Run(ctx context.Context, o RunOptions) error {
 	if err := controlplane.ValidateRuntimeConfig(runtimeConfig); err != nil {
 		return err
 	}
-	s, err := Start(ctx, Config{Cluster: c, Dir: o.Dir, ControlPlane: controlplane.Options{
+	values, err := chart.ReadValuesFiles(o.ChartValues)
+	if err != nil {
+		return err
+	}
+	s, err := Start(ctx, Config{Cluster: c, Dir: o.Dir, ChartValues: values, ControlPlane: controlplane.Options{
 		FeatureGates: gates, RuntimeConfig: controlplane.WithGateAPIs(gates, runtimeConfig)}})
 	if err != nil {
 		return err

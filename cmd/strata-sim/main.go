@@ -55,6 +55,7 @@ func run(args []string) error {
 	fs.StringVar(&opts.Dir, "work-dir", "", "work directory (default: a new temporary directory, removed on exit)")
 	gates := fs.String("feature-gates", "", "Kubernetes feature gates for the whole control plane, Name=true|false,... (over the cluster file's featureGates)")
 	fs.StringSliceVar(&opts.RuntimeConfig, "runtime-config", nil, "API versions to serve or not, group/version=true|false,... (added to the cluster file's runtimeConfig)")
+	fs.StringArrayVar(&opts.ChartValues, "values", nil, "Helm values file for the Strata chart the cluster installs (repeatable; later files win), as helm install -f")
 	verbosity := fs.IntP("verbosity", "v", -1, "log verbosity; below 0 logs nothing")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err

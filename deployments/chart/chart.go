@@ -8,6 +8,7 @@ package chart
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"sort"
 	"strings"
@@ -88,6 +89,24 @@ func ParseValues(raw []byte) (map[string]any, error) {
 		return nil, fmt.Errorf("parse values: %w", err)
 	}
 	return values, nil
+}
+
+// ReadValuesFiles reads values files and merges them, later files over
+// earlier ones, as `helm install -f A -f B` does.
+func ReadValuesFiles(paths []string) (map[string]any, error) {
+	out := map[string]any{}
+	for _, p := range paths {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		values, err := ParseValues(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		out = loader.MergeMaps(out, values)
+	}
+	return out, nil
 }
 
 // Render renders the embedded chart for rel with values over the

@@ -177,3 +177,16 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		})
 	}
 }
+
+// TestReadValuesFiles: later files win, maps merge, as with helm -f.
+func TestReadValuesFiles(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	require.NoError(t, os.WriteFile(a, []byte("scheduler:\n  replicas: 1\n  leaderElection: {enabled: false}\n"), 0o644))
+	require.NoError(t, os.WriteFile(b, []byte("scheduler:\n  replicas: 3\n"), 0o644))
+	values, err := ReadValuesFiles([]string{a, b})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{"scheduler": map[string]any{"replicas": float64(3), "leaderElection": map[string]any{"enabled": false}}}, values)
+	_, err = ReadValuesFiles([]string{filepath.Join(dir, "missing.yaml")})
+	assert.Error(t, err)
+}
