@@ -68,9 +68,10 @@ func TestRenderDefaults(t *testing.T) {
 	assert.Equal(t, 2, got["ValidatingAdmissionPolicyBinding"])
 	assert.Equal(t, 1, got["ValidatingWebhookConfiguration"])
 	assert.Equal(t, 3, got["ServiceAccount"])
+	assert.Equal(t, 2, got["FlowSchema"], "components at workload-high, plugins at system")
 
 	for _, o := range objs {
-		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "DeviceClass" || strings.HasPrefix(o.GetKind(), "Cluster") || strings.HasPrefix(o.GetKind(), "Validating") {
+		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "DeviceClass" || o.GetKind() == "FlowSchema" || strings.HasPrefix(o.GetKind(), "Cluster") || strings.HasPrefix(o.GetKind(), "Validating") {
 			continue
 		}
 		if o.GetName() == "strata-scheduler-authentication-reader" {

@@ -11,9 +11,11 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/strata-sh/strata/deployments/chart"
@@ -75,6 +77,38 @@ func TestChartInstallRunsComponentsUnderTheirIdentities(t *testing.T) {
 	}
 	if !may(t, e.ctx, sched, "create", "", "pods/binding") || may(t, e.ctx, sched, "list", "", "secrets") {
 		t.Errorf("scheduler: want pods/binding allowed and secrets denied")
+	}
+
+	// API Priority and Fairness puts the scheduler at workload-high, as
+	// kube-scheduler, and the plugins at system, as the nodes' agents.
+	levelOf := func(cfg *restclient.Config) string {
+		t.Helper()
+		hc, err := restclient.HTTPClientFor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Get(cfg.Host + "/api/v1/namespaces/default/pods?limit=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		uid := resp.Header.Get(flowcontrolv1.ResponseHeaderMatchedPriorityLevelConfigurationUID)
+		levels, err := e.client.FlowcontrolV1().PriorityLevelConfigurations().List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range levels.Items {
+			if string(l.UID) == uid {
+				return l.Name
+			}
+		}
+		return "(none: " + uid + ")"
+	}
+	if got := levelOf(cfg); got != "workload-high" {
+		t.Errorf("scheduler requests at priority level %s, want workload-high", got)
+	}
+	if got := levelOf(controlplane.ServiceAccount(ns, "strata-nvidia-kubelet-plugin").OnNode("h100-0", "").Config(e.sim.ControlPlane.Config)); got != "system" {
+		t.Errorf("plugin requests at priority level %s, want system", got)
 	}
 
 	// A plugin acts as its service account with its node's name, as a
