@@ -26,6 +26,8 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+
+	"github.com/strata-sh/strata/internal/gangspec"
 )
 
 // Name of the plugin in the scheduler configuration.
@@ -334,7 +336,7 @@ func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
 	}
 	if g.err == nil {
 		if _, from, ok := annotation(pod.Annotations, KeyNetworkTopologyIndex); ok {
-			g.err = fmt.Errorf("pod %s: annotation %s: placing members in rank order is not supported; remove it (members are placed by the gang's network-topology-spec)", pod.Name, from)
+			g.err = fmt.Errorf("pod %s: %w", pod.Name, gangspec.IndexError(from))
 		}
 	}
 	if g.err != nil {
