@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
@@ -82,6 +83,14 @@ func NewManager(restConfig *restclient.Config, o Options) (ctrl.Manager, error) 
 		return nil, err
 	}
 	if err := setupWebhook(mgr, o.Webhook, certsReady); err != nil {
+		return nil, err
+	}
+	// controller-runtime serves /healthz and /readyz only once a check
+	// is registered; without these the kubelet's probes get 404s.
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
 	return mgr, nil

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+
 	"github.com/strata-sh/strata/deployments/chart"
 	"github.com/strata-sh/strata/sim/apply"
 	"github.com/strata-sh/strata/sim/controlplane"
@@ -48,6 +50,9 @@ type webhookFlags struct {
 
 // newInstallation renders the chart for release with values.
 func newInstallation(release chart.Release, values map[string]any) (*installation, error) {
+	// The simulated cluster has no kube-scheduler: strata-scheduler also
+	// serves pods that name no scheduler, unless the values say otherwise.
+	values = loader.MergeMaps(map[string]any{"scheduler": map[string]any{"replaceDefaultScheduler": true}}, values)
 	r, err := chart.Render(release, values)
 	if err != nil {
 		return nil, err

@@ -28,7 +28,14 @@ import (
 type Release struct {
 	Name      string
 	Namespace string
+	// KubeVersion is the cluster's version, as helm install reads it from
+	// the API server; empty means DefaultKubeVersion.
+	KubeVersion string
 }
+
+// DefaultKubeVersion is the Kubernetes version Strata is built on, the
+// version strata-sim runs.
+const DefaultKubeVersion = "v1.37.2"
 
 // DefaultRelease is the installation the README's commands make.
 var DefaultRelease = Release{Name: "strata", Namespace: "strata-system"}
@@ -126,7 +133,17 @@ func RenderChart(c *chartv2.Chart, rel Release, values map[string]any) (*Rendere
 		values = map[string]any{}
 	}
 	opts := common.ReleaseOptions{Name: rel.Name, Namespace: rel.Namespace, Revision: 1, IsInstall: true}
-	vals, err := chartutil.ToRenderValues(c, values, opts, nil)
+	version := rel.KubeVersion
+	if version == "" {
+		version = DefaultKubeVersion
+	}
+	kube, err := common.ParseKubeVersion(version)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes version: %w", err)
+	}
+	caps := common.DefaultCapabilities.Copy()
+	caps.KubeVersion = *kube
+	vals, err := chartutil.ToRenderValues(c, values, opts, caps)
 	if err != nil {
 		return nil, fmt.Errorf("chart values: %w", err)
 	}

@@ -89,8 +89,23 @@ func TestRenderDefaults(t *testing.T) {
 	var cfg, shipped map[string]any
 	require.NoError(t, yaml.Unmarshal([]byte(data), &cfg))
 	require.NoError(t, yaml.Unmarshal(deployments.SchedulerConfig(), &shipped))
-	assert.Equal(t, shipped["profiles"], cfg["profiles"])
+	// Only Strata's profile: a cluster has its own default-scheduler.
+	profiles, _ := cfg["profiles"].([]any)
+	require.Len(t, profiles, 1)
+	assert.Equal(t, "strata-scheduler", profiles[0].(map[string]any)["schedulerName"])
+	assert.Equal(t, shipped["profiles"].([]any)[0], profiles[0])
 	assert.Equal(t, map[string]any{"leaderElect": true, "resourceName": "strata-scheduler", "resourceNamespace": "strata-system"}, cfg["leaderElection"])
+
+	// A 1.37 cluster serves DeviceTaintRules; an older one gets the
+	// scheduler with that feature off, or it would wait for them forever.
+	raw, err := yaml.Marshal(find(objs, "Deployment", "strata-scheduler").Object)
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), "DRADeviceTaintRules")
+	old, err := Render(Release{Name: "strata", Namespace: "strata-system", KubeVersion: "v1.35.4"}, nil)
+	require.NoError(t, err)
+	raw, err = yaml.Marshal(find(objects(t, old), "Deployment", "strata-scheduler").Object)
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), "--feature-gates=DRADeviceTaintRules=false")
 
 	// The plugin's identity and its node come from the downward API; its
 	// host paths are the kubelet's.
@@ -98,11 +113,12 @@ func TestRenderDefaults(t *testing.T) {
 	require.NotNil(t, ds)
 	sa, _, _ := unstructured.NestedString(ds.Object, "spec", "template", "spec", "serviceAccountName")
 	assert.Equal(t, "strata-nvidia-kubelet-plugin", sa)
-	raw, err := yaml.Marshal(ds.Object)
+	raw, err = yaml.Marshal(ds.Object)
 	require.NoError(t, err)
-	for _, want := range []string{"--plugin-data-dir=/var/lib/kubelet/plugins/nvidia.strata.sh", "--registrar-dir=/var/lib/kubelet/plugins_registry", "fieldPath: spec.nodeName", "fieldPath: metadata.uid", "maxSurge: 1", "maxUnavailable: 0"} {
+	for _, want := range []string{"--plugin-data-dir=/var/lib/kubelet/plugins/nvidia.strata.sh", "--registrar-dir=/var/lib/kubelet/plugins_registry", "fieldPath: spec.nodeName", "fieldPath: metadata.uid", "maxSurge: 1", "maxUnavailable: 0", "--dev-root=/", "--nvml-library=/driver-root/"} {
 		assert.Contains(t, string(raw), want)
 	}
+	assert.NotContains(t, string(raw), "LD_LIBRARY_PATH", "the plugin must not load the host's libc")
 
 	// The slice policy names the plugin's service account and driver.
 	vap := find(objs, "ValidatingAdmissionPolicy", "strata-node-restricted-slices")
@@ -140,6 +156,14 @@ func TestRenderValuesFiles(t *testing.T) {
 				data, _, _ := unstructured.NestedString(cm.Object, "data", "config.yaml")
 				assert.Contains(t, data, "percentageOfNodesToScore: 50")
 				assert.Contains(t, data, "leaderElect: false")
+			case "replace-default-scheduler-values.yaml":
+				cm := find(objs, "ConfigMap", "strata-scheduler-config")
+				require.NotNil(t, cm)
+				data, _, _ := unstructured.NestedString(cm.Object, "data", "config.yaml")
+				var cfg, shipped map[string]any
+				require.NoError(t, yaml.Unmarshal([]byte(data), &cfg))
+				require.NoError(t, yaml.Unmarshal(deployments.SchedulerConfig(), &shipped))
+				assert.Equal(t, shipped["profiles"], cfg["profiles"])
 			case "nvidia-dynamic-mig-values.yaml":
 				ds := find(objs, "DaemonSet", "strata-nvidia-kubelet-plugin")
 				require.NotNil(t, ds)
@@ -166,6 +190,8 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"unknown plugin key", "plugins:\n  nvidia:\n    nodeSelecter: {}\n", []string{"/plugins/nvidia", "nodeSelecter"}},
 		{"relative path", "kubeletDir: var/lib/kubelet\n", []string{"/kubeletDir"}},
 		{"bad duration", "plugins:\n  nvidia:\n    healthInterval: 5\n", []string{"/plugins/nvidia/healthInterval"}},
+		{"zero duration", "plugins:\n  nvidia:\n    healthInterval: 0s\n", []string{"/plugins/nvidia/healthInterval"}},
+		{"webhook port 0", "controller:\n  webhook:\n    port: 0\n", []string{"/controller/webhook/port"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			values, err := ParseValues([]byte(tc.values))

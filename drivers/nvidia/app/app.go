@@ -52,6 +52,10 @@ type Options struct {
 	BootIDPath           string
 	FabricPartitionsFile string
 	HAMiCoreLibrary      string
+	// NVMLLibrary lists candidate paths of libnvidia-ml.so.1, separated
+	// by colons; the first that exists is loaded. Empty leaves it to the
+	// dynamic loader's search path.
+	NVMLLibrary string
 	// MPSControl and NvidiaSMI name the host programs; empty disables MPS
 	// sharing and time-slice intervals other than Default.
 	MPSControl string
@@ -105,6 +109,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.BootIDPath, "boot-id-path", o.BootIDPath, "file holding the host's boot id")
 	fs.StringVar(&o.FabricPartitionsFile, "fabric-partitions-file", o.FabricPartitionsFile, "NVSwitch fabric manager partition list (fmpm -l output); NVLink partition attributes are published when present")
 	fs.StringVar(&o.HAMiCoreLibrary, "hami-core-library", o.HAMiCoreLibrary, "host path of HAMi-core's libvgpu.so for shared GPUs")
+	fs.StringVar(&o.NVMLLibrary, "nvml-library", o.NVMLLibrary, "candidate paths of libnvidia-ml.so.1, colon-separated, the first that exists is loaded (e.g. under the host's driver root); empty uses the dynamic loader's search path")
 	fs.StringVar(&o.MPSControl, "mps-control", o.MPSControl, "MPS control program; empty disables MPS sharing")
 	fs.StringVar(&o.NvidiaSMI, "nvidia-smi", o.NvidiaSMI, "nvidia-smi program, used to set GPU time slices for TimeSlicing claims; empty refuses intervals other than Default")
 	fs.StringVar(&o.MIGMode, "mig-mode", o.MIGMode, "static: publish the MIG instances an operator made, never create or destroy one; dynamic: publish every MIG placement and create instances per claim")
@@ -181,7 +186,15 @@ func Start(ctx context.Context, o Options, client kubernetes.Interface, host Hos
 		XIDHoldDown:          o.XIDHoldDown,
 	}
 	if cfg.NVML == nil {
-		cfg.NVML = nvml.New()
+		lib, err := findLibrary(o.NVMLLibrary)
+		if err != nil {
+			return nil, fmt.Errorf("--nvml-library: %w", err)
+		}
+		if lib == "" {
+			cfg.NVML = nvml.New()
+		} else {
+			cfg.NVML = nvml.New(nvml.WithLibraryPath(lib))
+		}
 	}
 	if cfg.MPS == nil && o.MPSControl != "" {
 		cfg.MPS = nvidia.ExecMPS{Binary: o.MPSControl, StateDir: o.PluginDataDir}
@@ -256,4 +269,21 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return c, nil
 	}
 	return clientcmd.BuildConfigFromFlags("", kubeconfig)
+}
+
+// findLibrary returns the first existing path of a colon-separated list,
+// "" for an empty list.
+func findLibrary(candidates string) (string, error) {
+	if candidates == "" {
+		return "", nil
+	}
+	for _, p := range strings.Split(candidates, ":") {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("none of %s exists", candidates)
 }

@@ -2,6 +2,8 @@ package app
 
 import (
 	"flag"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -66,5 +68,28 @@ func TestPodUIDFlag(t *testing.T) {
 	o.NodeName, o.PodUID = "dgx-7", "a/b"
 	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--pod-uid") {
 		t.Errorf("pod UID with a slash: %v", err)
+	}
+}
+
+// TestFindLibrary: the first existing candidate is loaded; none existing
+// is an error that lists them; no candidates leaves it to the loader.
+func TestFindLibrary(t *testing.T) {
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+	if err := os.MkdirAll(filepath.Dir(lib), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lib, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := findLibrary(filepath.Join(dir, "usr/lib64/libnvidia-ml.so.1") + ":" + lib)
+	if err != nil || got != lib {
+		t.Errorf("findLibrary = %q, %v; want %q", got, err, lib)
+	}
+	if _, err := findLibrary(filepath.Join(dir, "nope.so")); err == nil || !strings.Contains(err.Error(), "nope.so") {
+		t.Errorf("missing library: %v", err)
+	}
+	if got, err := findLibrary(""); got != "" || err != nil {
+		t.Errorf("empty list: %q, %v", got, err)
 	}
 }

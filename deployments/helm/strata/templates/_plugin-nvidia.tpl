@@ -1,8 +1,11 @@
-{{/* NVIDIA kubelet plugin: the driver's library and tools come from the
-host's driver root, mounted read-only at /driver-root; device nodes
-are checked under the host's /dev, mounted at /host/dev. */}}
+{{/* NVIDIA kubelet plugin: NVML and the driver's tools come from the
+host's driver root, mounted read-only at /driver-root. NVML is loaded by
+path (--nvml-library), never through LD_LIBRARY_PATH, which would make
+the plugin load the host's libc. Device nodes are named by their host
+paths in the CDI specs (--dev-root=/). */}}
 {{- define "strata.plugin.nvidia.args" -}}
-- --dev-root=/host
+- --dev-root=/
+- --nvml-library=/driver-root/usr/lib64/libnvidia-ml.so.1:/driver-root/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1:/driver-root/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1:/driver-root/lib64/libnvidia-ml.so.1
 - --mig-mode={{ .p.driver.migMode }}
 - --hami-core-library={{ .p.driver.hamiCoreLibrary }}
 {{- with .p.driver.fabricPartitionsFile }}
@@ -13,8 +16,6 @@ are checked under the host's /dev, mounted at /host/dev. */}}
 {{- end -}}
 
 {{- define "strata.plugin.nvidia.env" -}}
-- name: LD_LIBRARY_PATH
-  value: /driver-root/usr/lib64:/driver-root/usr/lib/x86_64-linux-gnu:/driver-root/usr/lib/aarch64-linux-gnu
 {{- end -}}
 
 {{- define "strata.plugin.nvidia.mounts" -}}
@@ -22,8 +23,6 @@ are checked under the host's /dev, mounted at /host/dev. */}}
   mountPath: /driver-root
   readOnly: true
   mountPropagation: HostToContainer
-- name: host-dev
-  mountPath: /host/dev
 {{- with .p.driver.fabricPartitionsFile }}
 - name: fabric-partitions
   mountPath: {{ . }}
@@ -35,10 +34,6 @@ are checked under the host's /dev, mounted at /host/dev. */}}
 - name: driver-root
   hostPath:
     path: {{ .p.driver.root }}
-    type: Directory
-- name: host-dev
-  hostPath:
-    path: /dev
     type: Directory
 {{- with .p.driver.fabricPartitionsFile }}
 - name: fabric-partitions
