@@ -99,7 +99,7 @@ func startAPIServer(ctx context.Context, dir, etcdURL string, opts Options) (*ap
 		"--disable-admission-plugins=" + strings.Join(disabledAdmission, ","),
 		// As on a real cluster: components run under their service
 		// accounts and get only what the chart's RBAC grants them.
-		"--authorization-mode=Node,RBAC",
+		"--authorization-mode=RBAC",
 		// As kubeadm and managed clusters do: kubelet plugins run
 		// privileged.
 		"--allow-privileged=true",

@@ -121,7 +121,9 @@ func (e *env) waitGangMessage(name, want string, timeout time.Duration) {
 func (e *env) waitGangRunning(name string, n int) []corev1.Pod {
 	e.t.Helper()
 	var pods []corev1.Pod
-	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+	// Two minutes: on a loaded machine the ResourceClaim controller has
+	// been seen to take over a minute to create a gang's claims.
+	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		pods = e.gangPods(name)
 		running := 0
 		for _, p := range pods {
