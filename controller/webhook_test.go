@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -81,12 +82,10 @@ func TestWebhookServerServesOnceCertificatesAreReady(t *testing.T) {
 	}
 	writeCert(t, dir)
 	close(ready)
-	deadline := time.Now().Add(10 * time.Second)
-	for check(nil) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready: %v", check(nil))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return check(nil) == nil, nil
+	}); err != nil {
+		t.Fatalf("not ready: %v", check(nil))
 	}
 
 	review := admissionv1.AdmissionReview{Request: &admissionv1.AdmissionRequest{

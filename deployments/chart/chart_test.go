@@ -47,6 +47,18 @@ func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Un
 	return nil
 }
 
+// schedulerConfig returns the scheduler ConfigMap's configuration, raw
+// and parsed, and the shipped configuration parsed.
+func schedulerConfig(t *testing.T, objs []*unstructured.Unstructured) (data string, cfg, shipped map[string]any) {
+	t.Helper()
+	cm := find(objs, "ConfigMap", "strata-scheduler-config")
+	require.NotNil(t, cm)
+	data, _, _ = unstructured.NestedString(cm.Object, "data", "config.yaml")
+	require.NoError(t, yaml.Unmarshal([]byte(data), &cfg))
+	require.NoError(t, yaml.Unmarshal(deployments.SchedulerConfig(), &shipped))
+	return data, cfg, shipped
+}
+
 func kinds(objs []*unstructured.Unstructured) map[string]int {
 	out := map[string]int{}
 	for _, o := range objs {
@@ -83,12 +95,7 @@ func TestRenderDefaults(t *testing.T) {
 
 	// The scheduler runs the shipped profiles, elected in the release
 	// namespace.
-	cm := find(objs, "ConfigMap", "strata-scheduler-config")
-	require.NotNil(t, cm)
-	data, _, _ := unstructured.NestedString(cm.Object, "data", "config.yaml")
-	var cfg, shipped map[string]any
-	require.NoError(t, yaml.Unmarshal([]byte(data), &cfg))
-	require.NoError(t, yaml.Unmarshal(deployments.SchedulerConfig(), &shipped))
+	_, cfg, shipped := schedulerConfig(t, objs)
 	// Only Strata's profile: a cluster has its own default-scheduler.
 	profiles, _ := cfg["profiles"].([]any)
 	require.Len(t, profiles, 1)
@@ -151,18 +158,11 @@ func TestRenderValuesFiles(t *testing.T) {
 			case "scheduler-only-values.yaml":
 				assert.Zero(t, kinds(objs)["DaemonSet"])
 				assert.Zero(t, kinds(objs)["DeviceClass"])
-				cm := find(objs, "ConfigMap", "strata-scheduler-config")
-				require.NotNil(t, cm)
-				data, _, _ := unstructured.NestedString(cm.Object, "data", "config.yaml")
+				data, _, _ := schedulerConfig(t, objs)
 				assert.Contains(t, data, "percentageOfNodesToScore: 50")
 				assert.Contains(t, data, "leaderElect: false")
 			case "replace-default-scheduler-values.yaml":
-				cm := find(objs, "ConfigMap", "strata-scheduler-config")
-				require.NotNil(t, cm)
-				data, _, _ := unstructured.NestedString(cm.Object, "data", "config.yaml")
-				var cfg, shipped map[string]any
-				require.NoError(t, yaml.Unmarshal([]byte(data), &cfg))
-				require.NoError(t, yaml.Unmarshal(deployments.SchedulerConfig(), &shipped))
+				_, cfg, shipped := schedulerConfig(t, objs)
 				assert.Equal(t, shipped["profiles"], cfg["profiles"])
 			case "nvidia-dynamic-mig-values.yaml":
 				ds := find(objs, "DaemonSet", "strata-nvidia-kubelet-plugin")
