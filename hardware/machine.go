@@ -35,6 +35,8 @@ type PCIFunction struct {
 	// NetDev and RDMADev are the interface and RDMA device names of a NIC.
 	NetDev  string
 	RDMADev string
+	// NIC is the adapter model of a NIC (ConnectX-7 InfiniBand if nil).
+	NIC *NIC
 }
 
 // BusID returns the function's PCI address in extended BDF form.
@@ -74,9 +76,10 @@ func (m Machine) ofKind(k Kind) []PCIFunction {
 // Machines returns every known layout by preset name.
 func Machines() map[string]Machine {
 	return map[string]Machine{
-		DGXH100().Name: DGXH100(),
-		DGXA100().Name: DGXA100(),
-		HGXH200().Name: HGXH200(),
+		DGXH100().Name:        DGXH100(),
+		DGXA100().Name:        DGXA100(),
+		HGXH200().Name:        HGXH200(),
+		HGXH100CPUNICs().Name: HGXH100CPUNICs(),
 	}
 }
 
@@ -111,7 +114,7 @@ func switchedPair(gpuIdx, root, upstream, nicBus, gpuBus, numa int, netdev, rdma
 	gpuPath := append(append([]string{}, base...), bdf(upstream+1, 1, 0), bdf(gpuBus-2, 0, 0), bdf(gpuBus-1, 0, 0), bdf(gpuBus, 0, 0))
 	return []PCIFunction{
 		{Kind: KindGPU, Index: gpuIdx, Path: gpuPath, NUMANode: numa},
-		{Kind: KindNIC, Index: gpuIdx, Path: nicPath, NUMANode: numa, NetDev: netdev, RDMADev: rdma},
+		{Kind: KindNIC, Index: gpuIdx, Path: nicPath, NUMANode: numa, NetDev: netdev, RDMADev: rdma, NIC: &ConnectX7IB},
 	}
 }
 
@@ -179,9 +182,36 @@ func DGXA100() Machine {
 			nic := []string{rootName, rootPort, up, bdf(pr.root+2, j*4+1, 0), bdf(pr.nicBus[j], 0, 0)}
 			m.Functions = append(m.Functions,
 				PCIFunction{Kind: KindGPU, Index: 2*p + j, Path: gpu, NUMANode: pr.numa},
-				PCIFunction{Kind: KindNIC, Index: 2*p + j, Path: nic, NUMANode: pr.numa, NetDev: pr.netdev[j], RDMADev: pr.rdma[j]},
+				PCIFunction{Kind: KindNIC, Index: 2*p + j, Path: nic, NUMANode: pr.numa, NetDev: pr.netdev[j], RDMADev: pr.rdma[j], NIC: &ConnectX6IB},
 			)
 		}
+	}
+	return m
+}
+
+// HGXH100CPUNICs is an 8-GPU HGX H100 server whose RDMA NICs sit in the
+// CPUs' own PCIe slots rather than beside the GPUs: the GPUs in pairs
+// behind four PCIe switches (two per socket), four 400GbE RoCE ConnectX-7
+// adapters each on a root port of its own. No NIC shares a root complex
+// or a switch with a GPU, only NUMA nodes (0 and 1).
+func HGXH100CPUNICs() Machine {
+	m := Machine{Name: "nvidia-hgx-h100-cpu-nics", GPUModel: "H100-SXM5-80GB", NVLinkPartitions: sharedNVSwitchPartitions8()}
+	gpuRoots := []struct{ root, numa int }{{0x15, 0}, {0x37, 0}, {0x9a, 1}, {0xba, 1}}
+	for p, g := range gpuRoots {
+		rootName := fmt.Sprintf("pci0000:%02x", g.root)
+		up := bdf(g.root+1, 0, 0)
+		for j := 0; j < 2; j++ {
+			down := bdf(g.root+2, j, 0)
+			gpu := []string{rootName, bdf(g.root, 1, 0), up, down, bdf(g.root+3+j, 0, 0)}
+			m.Functions = append(m.Functions, PCIFunction{Kind: KindGPU, Index: 2*p + j, Path: gpu, NUMANode: g.numa})
+		}
+	}
+	nicRoots := []struct{ root, numa int }{{0x28, 0}, {0x4a, 0}, {0xab, 1}, {0xcb, 1}}
+	for i, r := range nicRoots {
+		bus := r.root + 1
+		path := []string{fmt.Sprintf("pci0000:%02x", r.root), bdf(r.root, 1, 0), bdf(bus, 0, 0)}
+		m.Functions = append(m.Functions, PCIFunction{Kind: KindNIC, Index: i, Path: path, NUMANode: r.numa,
+			NetDev: fmt.Sprintf("enp%ds0np0", bus), RDMADev: fmt.Sprintf("mlx5_%d", i), NIC: &ConnectX7RoCE})
 	}
 	return m
 }

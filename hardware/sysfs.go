@@ -38,7 +38,7 @@ const (
 
 // WriteNode renders a machine under root: a sysfs tree (sys/devices with
 // the PCI hierarchy, sys/bus/pci/devices symlinks, numa_node, vendor, and
-// the net/ and infiniband/ directories of NICs), proc/devices with the
+// the RDMA, netdev and SR-IOV files of NICs and their VFs), proc/devices with the
 // NVIDIA majors, and a boot id.
 func WriteNode(root string, m Machine, bootID string) error {
 	if err := WriteMachine(root, m); err != nil {
@@ -65,6 +65,9 @@ func WriteMachine(root string, m Machine) error {
 		if err := writeFunction(sys, busDir, f); err != nil {
 			return fmt.Errorf("%s %d: %w", f.Kind, f.Index, err)
 		}
+	}
+	if err := writeRDMA(sys, m); err != nil {
+		return err
 	}
 	procDevices := fmt.Sprintf("Character devices:\n  1 mem\n  4 tty\n%3d nvidia-frontend\n%3d nvidia-caps\n%3d nvidia-uvm\n",
 		NvidiaMajor, NvidiaCapsMajor, NvidiaUVMMajor)
@@ -102,11 +105,6 @@ func writeFunction(sys, busDir string, f PCIFunction) error {
 	vendor := vendorNVIDIA
 	if f.Kind == KindNIC {
 		vendor = vendorMellanox
-		for _, sub := range []string{filepath.Join("net", f.NetDev), filepath.Join("infiniband", f.RDMADev)} {
-			if err := os.MkdirAll(filepath.Join(dev, sub), 0o755); err != nil {
-				return err
-			}
-		}
 	}
 	if err := writeFile(filepath.Join(dev, "vendor"), vendor+"\n"); err != nil {
 		return err

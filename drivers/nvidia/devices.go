@@ -8,7 +8,6 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/utils/ptr"
 )
 
@@ -258,22 +257,27 @@ func migDevice(g *gpu, p *migProfile, pl nvml.GpuInstancePlacement, taints []res
 	q := func(name string) resourceapi.QualifiedName {
 		return resourceapi.QualifiedName(AcceleratorDomain + "/" + name)
 	}
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		"type":           {StringValue: ptr.To(string(kindMIG))},
+		"profile":        {StringValue: ptr.To(p.name)},
+		"productName":    {StringValue: ptr.To(g.productName)},
+		"parentUUID":     {StringValue: ptr.To(g.uuid)},
+		"placementStart": {IntValue: ptr.To(int64(pl.Start))},
+		"placementSize":  {IntValue: ptr.To(int64(pl.Size))},
+		q("type"):        {StringValue: ptr.To("gpu")},
+		q("vendor"):      {StringValue: ptr.To("nvidia")},
+		q("model"):       {StringValue: ptr.To(g.family)},
+		q("whole"):       {BoolValue: ptr.To(false)},
+		q("numaNode"):    {IntValue: ptr.To(int64(g.topology.NUMANode))},
+	}
+	// The parent's topology, except its bus id: a MIG device is not a
+	// PCI function.
+	topo := g.topology
+	topo.BusID = ""
+	topo.AddAttributes(attrs)
 	return resourceapi.Device{
-		Name: migDeviceName(g, p, pl),
-		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			"type":           {StringValue: ptr.To(string(kindMIG))},
-			"profile":        {StringValue: ptr.To(p.name)},
-			"productName":    {StringValue: ptr.To(g.productName)},
-			"parentUUID":     {StringValue: ptr.To(g.uuid)},
-			"placementStart": {IntValue: ptr.To(int64(pl.Start))},
-			"placementSize":  {IntValue: ptr.To(int64(pl.Size))},
-			q("type"):        {StringValue: ptr.To("gpu")},
-			q("vendor"):      {StringValue: ptr.To("nvidia")},
-			q("model"):       {StringValue: ptr.To(g.family)},
-			q("whole"):       {BoolValue: ptr.To(false)},
-			q("numaNode"):    {IntValue: ptr.To(int64(g.topology.NUMANode))},
-			deviceattribute.StandardDeviceAttributePCIeRoot: {StringValue: ptr.To(g.topology.Root)},
-		},
+		Name:       migDeviceName(g, p, pl),
+		Attributes: attrs,
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			"memory":          {Value: bytes(uint64(p.info.MemorySizeMB) << 20)},
 			"multiprocessors": {Value: *resource.NewQuantity(int64(p.info.MultiprocessorCount), resource.DecimalSI)},
@@ -314,9 +318,12 @@ func baseAttributes(g *gpu) (map[resourceapi.QualifiedName]resourceapi.DeviceAtt
 		q("vendor"):             {StringValue: ptr.To("nvidia")},
 		q("model"):              {StringValue: ptr.To(g.family)},
 		q("numaNode"):           {IntValue: ptr.To(int64(g.topology.NUMANode))},
-		deviceattribute.StandardDeviceAttributePCIeRoot: {StringValue: ptr.To(g.topology.Root)},
-		deviceattribute.StandardDeviceAttributePCIBusID: {StringValue: ptr.To(g.topology.BusID)},
 	}
+	// The shared topology vocabulary (standard pcieRoot, pciBusID and
+	// numaNode, and topology.strata.sh/pcieSwitch) that the RDMA driver
+	// publishes too, plus the accelerator-domain switch name of earlier
+	// releases.
+	g.topology.AddAttributes(attrs)
 	if g.topology.Switch != "" {
 		attrs[q("pcieSwitch")] = resourceapi.DeviceAttribute{StringValue: ptr.To(g.topology.Switch)}
 	}
