@@ -28,6 +28,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/strata-sh/strata/controller"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+
 	"github.com/strata-sh/strata/deployments/chart"
 	"github.com/strata-sh/strata/sim/apply"
 	"github.com/strata-sh/strata/sim/cluster"
@@ -146,7 +148,14 @@ func Start(ctx context.Context, cfg Config) (_ *Sim, finalErr error) {
 	}
 	start := time.Now()
 	var err error
-	if s.install, err = newInstallation(chart.DefaultRelease, cfg.ChartValues); err != nil {
+	values := cfg.ChartValues
+	if cfg.Cluster.RunsRDMA() {
+		// Nodes that run the RDMA plugin need its identity, RBAC and
+		// DeviceClasses, which the chart installs when plugins.rdma is
+		// enabled (off by default).
+		values = loader.MergeMaps(map[string]any{"plugins": map[string]any{"rdma": map[string]any{"enabled": true}}}, values)
+	}
+	if s.install, err = newInstallation(chart.DefaultRelease, values); err != nil {
 		return nil, fmt.Errorf("install Strata: %w", err)
 	}
 	if cpOpts.SchedulerConfig == nil {

@@ -7,8 +7,9 @@
 //   - /validate-podgroups: PodGroups' spec and gang annotations.
 //   - /validate-clusternetworktopologies: the layers of a
 //     ClusterNetworkTopology.
-//   - /validate-deviceconfigs: the nvidia.strata.sh opaque configs of
-//     ResourceClaims, ResourceClaimTemplates and DeviceClasses.
+//   - /validate-deviceconfigs: the nvidia.strata.sh and rdma.strata.sh
+//     opaque configs of ResourceClaims, ResourceClaimTemplates and
+//     DeviceClasses.
 //
 // An update may keep a mistake the object already had (so that old
 // objects can still be relabelled or have their finalizers removed), but

@@ -60,10 +60,27 @@ func opaque(params string) string {
 	return `{"opaque":{"driver":"nvidia.strata.sh","parameters":` + params + `}}`
 }
 
+// rdma is an entry of spec.devices.config for driver rdma.strata.sh.
+func rdma(params string) string {
+	return `{"opaque":{"driver":"rdma.strata.sh","parameters":` + params + `}}`
+}
+
+// class is a DeviceClass named name whose config is cfg.
+func class(name, cfg string) string {
+	return `{"metadata":{"name":"` + name + `"},"spec":{"config":[` + cfg + `]}}`
+}
+
 const (
 	sharedRequest = `[{"name":"gpu","exactly":{"deviceClassName":"nvidia-shared.strata.sh"}}]`
 	migRequest    = `[{"name":"mig","exactly":{"deviceClassName":"nvidia-mig.strata.sh"}}]`
 	mpsConfig     = `{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS"}}`
+
+	nicRequest = `[{"name":"nic","exactly":{"deviceClassName":"rdma-nic.strata.sh","capacity":{"requests":{"bandwidth":"100G"}}}}]`
+	vfRequest  = `[{"name":"vf","exactly":{"deviceClassName":"rdma-vf.strata.sh"}}]`
+	// Either a virtual function or a share of a NIC.
+	netRequest = `[{"name":"net","firstAvailable":[{"name":"vf","deviceClassName":"rdma-vf.strata.sh"},{"name":"nic","deviceClassName":"rdma-nic.strata.sh"}]}]`
+	vfConfig   = `{"apiVersion":"config.strata.sh/v1alpha1","kind":"NicConfig","vf":{"vlan":100,"vlanQoS":3,"trust":true,"spoofCheck":false,"mtu":9000,"maxTxRate":"25G"}}`
+	nicConfig  = `{"apiVersion":"config.strata.sh/v1alpha1","kind":"NicConfig"}`
 )
 
 // Each class of mistake: the manifest with it is refused with a message
@@ -192,6 +209,62 @@ func TestMistakesAreRefusedWithTheirField(t *testing.T) {
 			good: `{"metadata":{"name":"nvidia-shared.strata.sh"},"spec":{"config":[` + opaque(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS","computeShare":"Unlimited"}}`) + `]}}`,
 			want: `spec.config[0].opaque.parameters: sharing.computeShare: Unsupported value: "Lots"`,
 		},
+		{
+			name: "ResourceClaim, RDMA unknown field",
+			path: DeviceConfigsPath, kind: claimKind,
+			bad:  claim(vfRequest, rdma(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"NicConfig","vf":{"vlanId":100}}`)),
+			good: claim(vfRequest, rdma(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"NicConfig","vf":{"vlan":100}}`)),
+			want: `spec.devices.config[0].opaque.parameters: decode NicConfig: unknown field "vf.vlanId"`,
+		},
+		{
+			name: "ResourceClaim, RDMA VLAN out of range",
+			path: DeviceConfigsPath, kind: claimKind,
+			bad:  claim(vfRequest, rdma(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"NicConfig","vf":{"vlan":5000}}`)),
+			good: claim(vfRequest, rdma(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"NicConfig","vf":{"vlan":4094}}`)),
+			want: `spec.devices.config[0].opaque.parameters: vf.vlan: Invalid value: 5000: must be between 1 and 4094`,
+		},
+		{
+			name: "ResourceClaim, RDMA driver given a GpuConfig",
+			path: DeviceConfigsPath, kind: claimKind,
+			bad:  claim(nicRequest, rdma(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig"}`)),
+			good: claim(nicRequest, rdma(nicConfig)),
+			want: `spec.devices.config[0].opaque.parameters: opaque config has apiVersion "config.strata.sh/v1alpha1" and kind "GpuConfig", want config.strata.sh/v1alpha1 and NicConfig`,
+		},
+		{
+			name: "ResourceClaim, vf section on a NIC (exactly)",
+			path: DeviceConfigsPath, kind: claimKind,
+			bad:  claim(nicRequest, rdma(vfConfig)),
+			good: claim(vfRequest, rdma(vfConfig)),
+			want: `spec.devices.config[0].opaque.parameters.vf: Forbidden: only SR-IOV virtual functions (DeviceClass rdma-vf.strata.sh) take a vf section; request "nic" asks for RDMA NICs (deviceClassName rdma-nic.strata.sh)`,
+		},
+		{
+			name: "ResourceClaim, vf section on a NIC (firstAvailable)",
+			path: DeviceConfigsPath, kind: claimKind,
+			bad:  claim(netRequest, `{"requests":["net"],"opaque":{"driver":"rdma.strata.sh","parameters":`+vfConfig+`}}`),
+			good: claim(netRequest, `{"requests":["net/vf"],"opaque":{"driver":"rdma.strata.sh","parameters":`+vfConfig+`}}`),
+			want: `spec.devices.config[0].opaque.parameters.vf: Forbidden: only SR-IOV virtual functions (DeviceClass rdma-vf.strata.sh) take a vf section; request "net/nic" asks for RDMA NICs`,
+		},
+		{
+			name: "ResourceClaimTemplate, vf section on a NIC",
+			path: DeviceConfigsPath, kind: templateKind,
+			bad:  `{"metadata":{"name":"t","namespace":"ml"},"spec":{"spec":{"devices":{"requests":` + nicRequest + `,"config":[` + rdma(vfConfig) + `]}}}}`,
+			good: `{"metadata":{"name":"t","namespace":"ml"},"spec":{"spec":{"devices":{"requests":` + nicRequest + `,"config":[` + rdma(nicConfig) + `]}}}}`,
+			want: `spec.spec.devices.config[0].opaque.parameters.vf: Forbidden: only SR-IOV virtual functions (DeviceClass rdma-vf.strata.sh) take a vf section; request "nic" asks for RDMA NICs`,
+		},
+		{
+			name: "DeviceClass of RDMA NICs",
+			path: DeviceConfigsPath, kind: classKind,
+			bad:  class("rdma-nic.strata.sh", rdma(vfConfig)),
+			good: class("rdma-vf.strata.sh", rdma(vfConfig)),
+			want: `spec.config[0].opaque.parameters.vf: Forbidden: only SR-IOV virtual functions (DeviceClass rdma-vf.strata.sh) take a vf section; DeviceClass rdma-nic.strata.sh selects RDMA NICs`,
+		},
+		{
+			name: "DeviceClass, RDMA rate not in whole megabits",
+			path: DeviceConfigsPath, kind: classKind,
+			bad:  class("rdma-vf.strata.sh", rdma(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"NicConfig","vf":{"maxTxRate":"1500k"}}`)),
+			good: class("rdma-vf.strata.sh", rdma(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"NicConfig","vf":{"maxTxRate":"1500M"}}`)),
+			want: `spec.config[0].opaque.parameters: vf.maxTxRate: Invalid value: "1500k": must be whole megabits per second`,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -222,6 +295,10 @@ func TestNotStrataInputIsAllowed(t *testing.T) {
 		{"pod with other annotations", PodsPath, request(admissionv1.Create, podKind, `{"metadata":{"name":"p","namespace":"ml","annotations":{"scheduling.strata.sh/other":"x","example.com/min-available":"two"}}}`, "")},
 		{"other driver's config", DeviceConfigsPath, request(admissionv1.Create, claimKind,
 			claim(migRequest, `{"opaque":{"driver":"gpu.example.com","parameters":{"sharing":"whatever"}}}`), "")},
+		{"other driver's config on an RDMA NIC", DeviceConfigsPath, request(admissionv1.Create, claimKind,
+			claim(nicRequest, `{"opaque":{"driver":"nic.example.com","parameters":{"vf":{"vlanId":5000}}}}`), "")},
+		{"other driver's config in the RDMA NIC class", DeviceConfigsPath, request(admissionv1.Create, classKind,
+			class("rdma-nic.strata.sh", `{"opaque":{"driver":"sriov.example.com","parameters":{"vf":{"vlan":5000}}}}`), "")},
 		{"delete", PodsPath, request(admissionv1.Delete, podKind, "", `{"metadata":{"annotations":{"scheduling.strata.sh/min-available":"two"}}}`)},
 		{"another version", DeviceConfigsPath, request(admissionv1.Create, metav1.GroupVersionKind{Group: "resource.k8s.io", Version: "v1beta2", Kind: "ResourceClaim"}, claim(migRequest, opaque(`{}`)), "")},
 	}
@@ -229,6 +306,51 @@ func TestNotStrataInputIsAllowed(t *testing.T) {
 		if r := handle(t, tc.path, tc.req); !r.Allowed {
 			t.Errorf("%s: refused with %q", tc.name, message(r))
 		}
+	}
+}
+
+// RDMA configs that are right are allowed: a vf section for virtual
+// functions, none for NICs, and a vf section that names its request in a
+// claim that also asks for a NIC.
+func TestGoodRDMAConfigsAreAllowed(t *testing.T) {
+	both := `[{"name":"nic","exactly":{"deviceClassName":"rdma-nic.strata.sh"}},{"name":"vf","exactly":{"deviceClassName":"rdma-vf.strata.sh"}}]`
+	tests := []struct {
+		name string
+		kind metav1.GroupVersionKind
+		obj  string
+	}{
+		{"VF config for a VF", claimKind, claim(vfRequest, rdma(vfConfig))},
+		{"config without vf for a NIC", claimKind, claim(nicRequest, rdma(nicConfig))},
+		{"VF config for the VF request only", claimKind, claim(both, `{"requests":["vf"],"opaque":{"driver":"rdma.strata.sh","parameters":`+vfConfig+`}}`)},
+		{"VF config for the VF subrequest", claimKind, claim(netRequest, `{"requests":["net/vf"],"opaque":{"driver":"rdma.strata.sh","parameters":`+vfConfig+`}}`)},
+		{"VF config in a template", templateKind, `{"metadata":{"name":"t","namespace":"ml"},"spec":{"spec":{"devices":{"requests":` + vfRequest + `,"config":[` + rdma(vfConfig) + `]}}}}`},
+		{"VF config in the VF class", classKind, class("rdma-vf.strata.sh", rdma(vfConfig))},
+		{"config without vf in the NIC class", classKind, class("rdma-nic.strata.sh", rdma(nicConfig))},
+		{"VF config in a class of one's own", classKind, class("rdma-vf-vlan100.example.com", rdma(vfConfig))},
+	}
+	for _, tc := range tests {
+		if r := handle(t, DeviceConfigsPath, request(admissionv1.Create, tc.kind, tc.obj, "")); !r.Allowed {
+			t.Errorf("%s: refused with %q", tc.name, message(r))
+		}
+	}
+}
+
+// A claim with configs of both drivers has the mistakes of each named.
+func TestMistakesOfBothDriversAreNamed(t *testing.T) {
+	requests := `[{"name":"mig","exactly":{"deviceClassName":"nvidia-mig.strata.sh"}},{"name":"nic","exactly":{"deviceClassName":"rdma-nic.strata.sh"}}]`
+	obj := claim(requests, `{"requests":["mig"],"opaque":{"driver":"nvidia.strata.sh","parameters":`+mpsConfig+`}},`+
+		`{"requests":["nic"],"opaque":{"driver":"rdma.strata.sh","parameters":`+vfConfig+`}}`)
+	r := handle(t, DeviceConfigsPath, request(admissionv1.Create, claimKind, obj, ""))
+	for _, want := range []string{
+		`spec.devices.config[0].opaque.parameters.sharing: Forbidden: only GPUs take a sharing configuration; request "mig"`,
+		`spec.devices.config[1].opaque.parameters.vf: Forbidden: only SR-IOV virtual functions (DeviceClass rdma-vf.strata.sh) take a vf section; request "nic"`,
+	} {
+		if !strings.Contains(message(r), want) {
+			t.Errorf("message %q does not name %q", message(r), want)
+		}
+	}
+	if r.Allowed || len(r.Result.Details.Causes) != 2 {
+		t.Errorf("allowed %v, result %+v; want refused with 2 causes", r.Allowed, r.Result)
 	}
 }
 

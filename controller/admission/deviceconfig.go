@@ -13,20 +13,71 @@ import (
 	configv1alpha1 "github.com/strata-sh/strata/api/config/v1alpha1"
 )
 
+// The drivers whose opaque configs are Strata's (drivers/nvidia.DriverName
+// and the RDMA driver's, which this package does not link), and the
+// DeviceClasses whose devices refuse a section of them.
 const (
-	// nvidiaDriver is the driver whose opaque configs are Strata's
-	// (drivers/nvidia.DriverName, which this package does not link).
 	nvidiaDriver = "nvidia.strata.sh"
 	// migClass is the DeviceClass of MIG devices, which take no sharing
 	// configuration.
 	migClass = "nvidia-mig.strata.sh"
+
+	rdmaDriver = "rdma.strata.sh"
+	// nicClass is the DeviceClass of RDMA NICs (physical functions),
+	// which take no vf section: only virtual functions do.
+	nicClass = "rdma-nic.strata.sh"
+	// vfClass is the DeviceClass of SR-IOV virtual functions, which do.
+	vfClass = "rdma-vf.strata.sh"
 )
 
-// validateDeviceConfigs checks the nvidia.strata.sh opaque configs of a
-// ResourceClaim (spec.devices.config), a ResourceClaimTemplate
-// (spec.spec.devices.config) or a DeviceClass (spec.config): each decodes
-// strictly into a GpuConfig, and none asks for sharing on a MIG device.
-// Other drivers' configs are allowed as they are.
+// configRule is what admission checks of one driver's opaque configs:
+// they decode strictly, and a section that only some devices take is
+// refused where it applies to a DeviceClass of other devices.
+type configRule struct {
+	driver string
+	// decode decodes and validates the parameters, as the kubelet plugin
+	// does, and says whether they have the section.
+	decode func(raw []byte) (hasSection bool, err error)
+	// section is the field under opaque.parameters, only says who takes
+	// it, class is the DeviceClass whose devices do not and devices
+	// names them.
+	section, only, class, devices string
+}
+
+var configRules = []configRule{
+	{
+		driver: nvidiaDriver,
+		// A MIG device takes no sharing section at all, not even strategy
+		// None: the driver refuses any at prepare time, and admission
+		// refuses what prepare would.
+		decode: func(raw []byte) (bool, error) {
+			cfg, err := configv1alpha1.DecodeGpuConfig(raw)
+			return err == nil && cfg.Sharing != nil, err
+		},
+		section: "sharing", only: "only GPUs take a sharing configuration",
+		class: migClass, devices: "MIG devices",
+	},
+	{
+		driver: rdmaDriver,
+		// VLAN, trust, spoof check and rate are set by a physical
+		// function on one of its virtual functions; a NIC claimed whole
+		// or by bandwidth has none to set.
+		decode: func(raw []byte) (bool, error) {
+			cfg, err := configv1alpha1.DecodeNicConfig(raw)
+			return err == nil && cfg.VF != nil, err
+		},
+		section: "vf", only: "only SR-IOV virtual functions (DeviceClass " + vfClass + ") take a vf section",
+		class: nicClass, devices: "RDMA NICs",
+	},
+}
+
+// validateDeviceConfigs checks the opaque configs of Strata's drivers in
+// a ResourceClaim (spec.devices.config), a ResourceClaimTemplate
+// (spec.spec.devices.config) or a DeviceClass (spec.config): an
+// nvidia.strata.sh config decodes strictly into a GpuConfig and asks for
+// no sharing on a MIG device; an rdma.strata.sh config decodes strictly
+// into a NicConfig and has no vf section for a NIC. Other drivers'
+// configs are allowed as they are.
 func validateDeviceConfigs(_ context.Context, req admission.Request) admission.Response {
 	if req.Kind.Group != resourcev1.GroupName || req.Kind.Version != "v1" {
 		return admission.Allowed("").WithWarnings(fmt.Sprintf("strata-controller validates resource.k8s.io/v1 only, not %s/%s", req.Kind.Group, req.Kind.Version))
@@ -60,25 +111,29 @@ func validateDeviceConfigs(_ context.Context, req admission.Request) admission.R
 	return admission.Allowed("").WithWarnings("strata-controller does not validate " + req.Kind.Kind)
 }
 
-// gpuConfig decodes an nvidia.strata.sh opaque config; nil for another
-// driver's, or when the config is wrong (the error list says why).
-func gpuConfig(p *field.Path, c resourcev1.DeviceConfiguration) (*configv1alpha1.GpuConfig, field.ErrorList) {
-	if c.Opaque == nil || c.Opaque.Driver != nvidiaDriver {
+// checkConfig decodes an opaque config of one of Strata's drivers (p is
+// the path of the config entry). It returns the driver's rule when the
+// config has the rule's section, nil for another driver's config or one
+// without the section; the error list says why a config is wrong.
+func checkConfig(p *field.Path, c resourcev1.DeviceConfiguration) (*configRule, field.ErrorList) {
+	if c.Opaque == nil {
 		return nil, nil
 	}
-	pp := p.Child("opaque", "parameters")
-	cfg, err := configv1alpha1.DecodeGpuConfig(c.Opaque.Parameters.Raw)
-	if err != nil {
-		return nil, field.ErrorList{wrapped(pp, err.Error())}
+	for i := range configRules {
+		rule := &configRules[i]
+		if c.Opaque.Driver != rule.driver {
+			continue
+		}
+		has, err := rule.decode(c.Opaque.Parameters.Raw)
+		if err != nil {
+			return nil, field.ErrorList{wrapped(p.Child("opaque", "parameters"), err.Error())}
+		}
+		if has {
+			return rule, nil
+		}
+		return nil, nil
 	}
-	return cfg, nil
-}
-
-// shares says whether a config has a sharing section. A MIG device
-// takes none at all, not even strategy None: the driver refuses any at
-// prepare time, and admission refuses what prepare would.
-func shares(cfg *configv1alpha1.GpuConfig) bool {
-	return cfg != nil && cfg.Sharing != nil
+	return nil, nil
 }
 
 // claimErrors checks the configs of a claim's devices (p is the path of
@@ -87,31 +142,31 @@ func claimErrors(p *field.Path, d *resourcev1.DeviceClaim) field.ErrorList {
 	var errs field.ErrorList
 	for i, c := range d.Config {
 		cp := p.Child("config").Index(i)
-		cfg, cfgErrs := gpuConfig(cp, c.DeviceConfiguration)
+		rule, cfgErrs := checkConfig(cp, c.DeviceConfiguration)
 		errs = append(errs, cfgErrs...)
-		if !shares(cfg) {
+		if rule == nil {
 			continue
 		}
-		if mig := migRequests(d.Requests, c.Requests); len(mig) > 0 {
-			errs = append(errs, field.Forbidden(cp.Child("opaque", "parameters", "sharing"),
-				fmt.Sprintf("only GPUs take a sharing configuration; request %s asks for MIG devices (deviceClassName %s)", strings.Join(mig, ", "), migClass)))
+		if refused := classRequests(d.Requests, c.Requests, rule.class); len(refused) > 0 {
+			errs = append(errs, field.Forbidden(cp.Child("opaque", "parameters", rule.section),
+				fmt.Sprintf("%s; request %s asks for %s (deviceClassName %s)", rule.only, strings.Join(refused, ", "), rule.devices, rule.class)))
 		}
 	}
 	return errs
 }
 
-// migRequests returns the requests and subrequests a config applies to
+// classRequests returns the requests and subrequests a config applies to
 // (targets, "request" or "request/subrequest"; every request when empty)
-// that may be given a MIG device.
-func migRequests(requests []resourcev1.DeviceRequest, targets []string) []string {
+// that may be given a device of class.
+func classRequests(requests []resourcev1.DeviceRequest, targets []string, class string) []string {
 	applies := func(name string) bool { return len(targets) == 0 || slices.Contains(targets, name) }
 	var out []string
 	for _, r := range requests {
-		if r.Exactly != nil && r.Exactly.DeviceClassName == migClass && applies(r.Name) {
+		if r.Exactly != nil && r.Exactly.DeviceClassName == class && applies(r.Name) {
 			out = append(out, fmt.Sprintf("%q", r.Name))
 		}
 		for _, s := range r.FirstAvailable {
-			if s.DeviceClassName == migClass && (applies(r.Name) || applies(r.Name+"/"+s.Name)) {
+			if s.DeviceClassName == class && (applies(r.Name) || applies(r.Name+"/"+s.Name)) {
 				out = append(out, fmt.Sprintf("%q", r.Name+"/"+s.Name))
 			}
 		}
@@ -120,16 +175,16 @@ func migRequests(requests []resourcev1.DeviceRequest, targets []string) []string
 }
 
 // classErrors checks a DeviceClass's configs; the MIG class takes no
-// sharing.
+// sharing, the NIC class no vf section.
 func classErrors(name string, spec *resourcev1.DeviceClassSpec) field.ErrorList {
 	var errs field.ErrorList
 	for i, c := range spec.Config {
 		cp := field.NewPath("spec", "config").Index(i)
-		cfg, cfgErrs := gpuConfig(cp, c.DeviceConfiguration)
+		rule, cfgErrs := checkConfig(cp, c.DeviceConfiguration)
 		errs = append(errs, cfgErrs...)
-		if name == migClass && shares(cfg) {
-			errs = append(errs, field.Forbidden(cp.Child("opaque", "parameters", "sharing"),
-				fmt.Sprintf("only GPUs take a sharing configuration; DeviceClass %s selects MIG devices", migClass)))
+		if rule != nil && name == rule.class {
+			errs = append(errs, field.Forbidden(cp.Child("opaque", "parameters", rule.section),
+				fmt.Sprintf("%s; DeviceClass %s selects %s", rule.only, rule.class, rule.devices)))
 		}
 	}
 	return errs

@@ -2,6 +2,7 @@ package chart
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,6 +127,19 @@ func TestRenderDefaults(t *testing.T) {
 		assert.Contains(t, string(raw), want)
 	}
 	assert.NotContains(t, string(raw), "LD_LIBRARY_PATH", "the plugin must not load the host's libc")
+	args := containerArgs(t, ds)
+	assert.Contains(t, args, "--health-interval=5s")
+	assert.Contains(t, args, "--metrics-address=:9401")
+	hostNetwork, _, _ := unstructured.NestedBool(ds.Object, "spec", "template", "spec", "hostNetwork")
+	assert.False(t, hostNetwork, "the NVIDIA plugin runs in the pod network")
+	ports, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+	assert.Contains(t, ports[0].(map[string]any), "ports", "the NVIDIA plugin declares its metrics port")
+
+	// NICs are opt-in: no RDMA plugin, classes or policy entry by default.
+	assert.Nil(t, find(objs, "DaemonSet", "strata-rdma-kubelet-plugin"))
+	assert.Nil(t, find(objs, "ServiceAccount", "strata-rdma-kubelet-plugin"))
+	assert.Nil(t, find(objs, "DeviceClass", "rdma-nic.strata.sh"))
+	assert.Nil(t, find(objs, "DeviceClass", "rdma-vf.strata.sh"))
 
 	// The slice policy names the plugin's service account and driver.
 	vap := find(objs, "ValidatingAdmissionPolicy", "strata-node-restricted-slices")
@@ -134,6 +148,38 @@ func TestRenderDefaults(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(raw), `system:serviceaccount:strata-system:strata-nvidia-kubelet-plugin`)
 	assert.Contains(t, string(raw), `nvidia.strata.sh`)
+	assert.NotContains(t, string(raw), `rdma`)
+}
+
+// containerArgs returns the args of a DaemonSet's only container.
+func containerArgs(t *testing.T, ds *unstructured.Unstructured) []string {
+	t.Helper()
+	containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+	require.Len(t, containers, 1)
+	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	return args
+}
+
+// policyDrivers returns the node-restricted-slices policy's map of
+// plugin service account to driver.
+func policyDrivers(t *testing.T, objs []*unstructured.Unstructured) map[string]string {
+	t.Helper()
+	vap := find(objs, "ValidatingAdmissionPolicy", "strata-node-restricted-slices")
+	require.NotNil(t, vap)
+	vars, _, _ := unstructured.NestedSlice(vap.Object, "spec", "variables")
+	for _, v := range vars {
+		v := v.(map[string]any)
+		if v["name"] != "driver" {
+			continue
+		}
+		expr := strings.TrimSpace(v["expression"].(string))
+		expr = strings.TrimSuffix(expr, "[request.userInfo.username]")
+		out := map[string]string{}
+		require.NoError(t, json.Unmarshal([]byte(expr), &out), expr)
+		return out
+	}
+	t.Fatal("the policy has no driver variable")
+	return nil
 }
 
 // TestRenderValuesFiles renders every values file in the chart's ci/
@@ -171,9 +217,96 @@ func TestRenderValuesFiles(t *testing.T) {
 				assert.Contains(t, string(raw), "--mig-mode=dynamic")
 				assert.Contains(t, string(raw), "path: /run/nvidia/driver")
 				assert.Contains(t, string(raw), "--fabric-partitions-file=/run/nvidia-fabricmanager/partitions.json")
+				assert.Contains(t, containerArgs(t, ds), "--health-interval=10s")
+			case "rdma-values.yaml":
+				rdmaPlugin(t, objs)
 			}
 		})
 	}
+}
+
+// rdmaPlugin checks what ci/rdma-values.yaml installs beside the
+// defaults: the RDMA plugin on the host network with NET_ADMIN, its rail
+// order, its DeviceClasses and its lines in the slice policy and the
+// plugins' FlowSchema.
+func rdmaPlugin(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	assert.NotNil(t, find(objs, "DaemonSet", "strata-nvidia-kubelet-plugin"), "the NVIDIA plugin stays")
+	ds := find(objs, "DaemonSet", "strata-rdma-kubelet-plugin")
+	require.NotNil(t, ds)
+	pod, _, _ := unstructured.NestedMap(ds.Object, "spec", "template", "spec")
+	assert.Equal(t, true, pod["hostNetwork"], "VF settings are made in the host's network namespace")
+	assert.Equal(t, "ClusterFirstWithHostNet", pod["dnsPolicy"])
+	assert.Equal(t, "strata-rdma-kubelet-plugin", pod["serviceAccountName"])
+	assert.Equal(t, map[string]any{"feature.node.kubernetes.io/rdma.available": "true"}, pod["nodeSelector"])
+	assert.NotContains(t, pod, "tolerations")
+	assert.Equal(t, "system-node-critical", pod["priorityClassName"])
+	containers := pod["containers"].([]any)
+	require.Len(t, containers, 1)
+	c := containers[0].(map[string]any)
+	assert.Equal(t, "ghcr.io/strata-sh/rdma-kubelet-plugin:"+chartAppVersion(t), c["image"])
+	caps, _, _ := unstructured.NestedStringSlice(c, "securityContext", "capabilities", "add")
+	assert.Equal(t, []string{"NET_ADMIN"}, caps)
+	assert.NotContains(t, c, "ports", "on the host network a declared port is a host port, which blocks maxSurge")
+	args := containerArgs(t, ds)
+	for _, want := range []string{
+		"--plugin-data-dir=/var/lib/kubelet/plugins/rdma.strata.sh",
+		"--registrar-dir=/var/lib/kubelet/plugins_registry",
+		"--cdi-dir=/var/run/cdi",
+		"--metrics-address=:9402",
+		"--dev-root=/",
+		"--rail-devices=mlx5_0,mlx5_3",
+		"--health-interval=5s",
+	} {
+		assert.Contains(t, args, want)
+	}
+	for _, a := range args {
+		assert.NotContains(t, a, "nvml", "no NVIDIA flag reaches the RDMA plugin")
+	}
+	strategy, _, _ := unstructured.NestedMap(ds.Object, "spec", "updateStrategy", "rollingUpdate")
+	assert.Equal(t, map[string]any{"maxSurge": float64(1), "maxUnavailable": float64(0)}, strategy)
+
+	for class, kind := range map[string]string{"rdma-nic.strata.sh": "nic", "rdma-vf.strata.sh": "vf"} {
+		dc := find(objs, "DeviceClass", class)
+		if !assert.NotNil(t, dc, class) {
+			continue
+		}
+		selectors, _, _ := unstructured.NestedSlice(dc.Object, "spec", "selectors")
+		require.Len(t, selectors, 1)
+		expr, _, _ := unstructured.NestedString(selectors[0].(map[string]any), "cel", "expression")
+		assert.Equal(t, `device.driver == "rdma.strata.sh" && device.attributes["rdma.strata.sh"].type == "`+kind+`"`, expr)
+		assert.Equal(t, "deviceclasses", dc.GetLabels()["app.kubernetes.io/component"])
+	}
+
+	assert.Equal(t, map[string]string{
+		"system:serviceaccount:gpu-system:strata-nvidia-kubelet-plugin": "nvidia.strata.sh",
+		"system:serviceaccount:gpu-system:strata-rdma-kubelet-plugin":   "rdma.strata.sh",
+	}, policyDrivers(t, objs))
+	fs := find(objs, "FlowSchema", "strata-kubelet-plugins")
+	require.NotNil(t, fs)
+	raw, _ := yaml.Marshal(fs.Object)
+	assert.Contains(t, string(raw), "name: strata-rdma-kubelet-plugin")
+}
+
+// Without railDevices the plugin gets no --rail-devices and numbers the
+// rails in PCI address order.
+func TestRenderRDMAWithoutRailOrder(t *testing.T) {
+	values, err := ParseValues([]byte("plugins:\n  rdma:\n    enabled: true\n"))
+	require.NoError(t, err)
+	r, err := Render(DefaultRelease, values)
+	require.NoError(t, err)
+	ds := find(objects(t, r), "DaemonSet", "strata-rdma-kubelet-plugin")
+	require.NotNil(t, ds)
+	for _, a := range containerArgs(t, ds) {
+		assert.NotContains(t, a, "--rail-devices")
+	}
+}
+
+func chartAppVersion(t *testing.T) string {
+	t.Helper()
+	c, err := Load()
+	require.NoError(t, err)
+	return c.Metadata.AppVersion
 }
 
 // TestSchemaRefusesBadValues: values.schema.json names the value at
@@ -192,6 +325,9 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"bad duration", "plugins:\n  nvidia:\n    healthInterval: 5\n", []string{"/plugins/nvidia/healthInterval"}},
 		{"zero duration", "plugins:\n  nvidia:\n    healthInterval: 0s\n", []string{"/plugins/nvidia/healthInterval"}},
 		{"webhook port 0", "controller:\n  webhook:\n    port: 0\n", []string{"/controller/webhook/port"}},
+		{"bad RDMA device name", "plugins:\n  rdma:\n    driver:\n      railDevices: [mlx5_0, \"mlx5_1,mlx5_2\"]\n", []string{"/plugins/rdma/driver/railDevices/1"}},
+		{"RDMA device twice", "plugins:\n  rdma:\n    driver:\n      railDevices: [mlx5_0, mlx5_0]\n", []string{"/plugins/rdma/driver/railDevices"}},
+		{"unknown RDMA driver key", "plugins:\n  rdma:\n    driver:\n      migMode: dynamic\n", []string{"/plugins/rdma/driver", "migMode"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			values, err := ParseValues([]byte(tc.values))

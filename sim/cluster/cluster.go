@@ -70,6 +70,10 @@ type NodeGroup struct {
 	// MIGConfig is what a MIG manager made before the plugin started, as
 	// a mig-parted config entry says it: GPUs in MIG mode with instances.
 	MIGConfig []MIGDevices `json:"migConfig,omitempty"`
+	// RDMA runs the RDMA kubelet plugin (rdma.strata.sh) on the nodes'
+	// NICs and their SR-IOV virtual functions; the hardware preset must
+	// have NICs. Off by default, as the chart's plugins.rdma is.
+	RDMA bool `json:"rdma,omitempty"`
 }
 
 // MIGDevices puts GPUs into MIG mode with the given instances.
@@ -187,9 +191,13 @@ func (c *Cluster) validate() field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("pods"), g.Pods, "must not be negative"))
 		}
 		if g.Hardware != "" {
-			if _, err := hardware.Lookup(g.Hardware); err != nil {
+			if m, err := hardware.Lookup(g.Hardware); err != nil {
 				errs = append(errs, field.NotSupported(p.Child("hardware"), g.Hardware, hardwareNames()))
+			} else if g.RDMA && len(m.NICs()) == 0 {
+				errs = append(errs, field.Invalid(p.Child("rdma"), g.RDMA, fmt.Sprintf("hardware preset %s has no RDMA NICs", g.Hardware)))
 			}
+		} else if g.RDMA {
+			errs = append(errs, field.Invalid(p.Child("rdma"), g.RDMA, "needs a hardware preset with RDMA NICs"))
 		}
 		for k, v := range g.Labels {
 			for _, msg := range validation.IsQualifiedName(k) {
@@ -209,6 +217,16 @@ func hardwareNames() []string {
 		out = append(out, name)
 	}
 	return sortStrings(out)
+}
+
+// RunsRDMA says whether any node group runs the RDMA plugin.
+func (c *Cluster) RunsRDMA() bool {
+	for _, g := range c.NodeGroups {
+		if g.RDMA {
+			return true
+		}
+	}
+	return false
 }
 
 // NodeCount is the total number of nodes.

@@ -12,7 +12,10 @@ import (
 
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/drivers/nvidia/app"
+	"github.com/strata-sh/strata/drivers/rdma"
+	rdmaapp "github.com/strata-sh/strata/drivers/rdma/app"
 	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/hardware/linkmock"
 	"github.com/strata-sh/strata/hardware/nvmlmock"
 	"github.com/strata-sh/strata/sim/node"
 )
@@ -32,6 +35,9 @@ type NodeHardware struct {
 	MIG nvidia.MIGMode
 	// TimeSlices records GPU time slices set for TimeSlicing claims.
 	TimeSlices *nvmlmock.TimeSlices
+	// Links are the node's NICs as netlink shows them (VF settings,
+	// MTUs), nil unless the RDMA plugin runs.
+	Links *linkmock.Links
 }
 
 // Health monitoring periods of simulated NVIDIA nodes: shorter than on a
@@ -92,6 +98,10 @@ func withHardware(spec *node.Spec, g NodeGroup, where string) error {
 		hw.TimeSlices = nvmlmock.NewTimeSlices()
 		spec.Plugins = append(spec.Plugins, node.PluginFactory{Driver: nvidia.DriverName, Start: hw.startNVIDIA})
 	}
+	if g.RDMA {
+		hw.Links = linkmock.New(m)
+		spec.Plugins = append(spec.Plugins, node.PluginFactory{Driver: rdma.DriverName, Start: hw.startRDMA})
+	}
 	spec.Hardware = hw
 	spec.Prepare = func(env node.PluginEnv) error {
 		if err := writeMachineOnce(hw.machineDir(env), m); err != nil {
@@ -146,6 +156,22 @@ func (hw *NodeHardware) startNVIDIA(ctx context.Context, env node.PluginEnv) (no
 	o.HealthInterval, o.XIDHoldDown = HealthInterval, XIDHoldDown
 	o.MetricsAddress = ""
 	return app.Start(ctx, o, env.Client, app.Host{NVML: hw.NVML, MPS: hw.MPS, TimeSlice: hw.TimeSlices, Events: env.Events})
+}
+
+// startRDMA starts the node's RDMA plugin through the binary's own
+// composition root, with the node's directories and its fake links.
+func (hw *NodeHardware) startRDMA(ctx context.Context, env node.PluginEnv) (node.Plugin, error) {
+	o := rdmaapp.NewOptions()
+	o.NodeName, o.NodeUID = env.NodeName, env.NodeUID
+	o.PluginDataDir = env.PluginDir(rdma.DriverName)
+	o.RegistrarDir = env.RegistryDir
+	o.CDIDir = env.CDIDir
+	o.SysfsRoot = filepath.Join(hw.machineDir(env), hardware.SysDir)
+	o.DevRoot = env.Root
+	o.BootIDPath = filepath.Join(env.Root, hardware.BootIDFile)
+	o.HealthInterval = HealthInterval
+	o.MetricsAddress = ""
+	return rdmaapp.Start(ctx, o, env.Client, rdmaapp.Host{Links: hw.Links, Events: env.Events})
 }
 
 // applyMIGConfig makes the instances a MIG manager would have made.

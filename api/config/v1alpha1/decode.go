@@ -95,3 +95,63 @@ func positive(p *field.Path, q *resource.Quantity) field.ErrorList {
 	}
 	return nil
 }
+
+// DecodeNicConfig decodes an rdma.strata.sh opaque config strictly, as
+// DecodeGpuConfig does, and validates it.
+func DecodeNicConfig(raw []byte) (*NicConfig, error) {
+	cfg := &NicConfig{}
+	if err := decode.Strict(raw, cfg); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", NicConfigKind, err)
+	}
+	if gvk := cfg.GroupVersionKind(); gvk != GroupVersion.WithKind(NicConfigKind) {
+		return nil, fmt.Errorf("opaque config has apiVersion %q and kind %q, want %s and %s",
+			cfg.APIVersion, cfg.Kind, GroupVersion.String(), NicConfigKind)
+	}
+	if errs := cfg.Validate(); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return cfg, nil
+}
+
+// Bounds of VF settings that hold for every port; the driver checks what
+// depends on the port's link layer at prepare time.
+const (
+	MinVFMTU = 68
+	MaxVFMTU = 9978
+	// MinIBMTU and MaxIBMTU bound an IPoIB interface in datagram mode.
+	MinIBMTU = 256
+	MaxIBMTU = 4092
+)
+
+// Validate checks the config on its own; what depends on the port (link
+// layer, rate) is checked by the driver at prepare time.
+func (c *NicConfig) Validate() field.ErrorList {
+	if c.VF == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	p := field.NewPath("vf")
+	v := c.VF
+	if v.VLAN != nil && (*v.VLAN < 1 || *v.VLAN > 4094) {
+		errs = append(errs, field.Invalid(p.Child("vlan"), *v.VLAN, "must be between 1 and 4094"))
+	}
+	if v.VLANQoS != nil {
+		if *v.VLANQoS < 0 || *v.VLANQoS > 7 {
+			errs = append(errs, field.Invalid(p.Child("vlanQoS"), *v.VLANQoS, "must be between 0 and 7"))
+		}
+		if v.VLAN == nil {
+			errs = append(errs, field.Required(p.Child("vlan"), "vlanQoS needs a VLAN"))
+		}
+	}
+	if v.MTU != nil && (*v.MTU < MinVFMTU || *v.MTU > MaxVFMTU) {
+		errs = append(errs, field.Invalid(p.Child("mtu"), *v.MTU, fmt.Sprintf("must be between %d and %d", MinVFMTU, MaxVFMTU)))
+	}
+	if q := v.MaxTxRate; q != nil {
+		if q.Cmp(resource.MustParse("1M")) < 0 {
+			errs = append(errs, field.Invalid(p.Child("maxTxRate"), q.String(), "must be at least 1M (bits per second)"))
+		} else if q.Value()%1_000_000 != 0 {
+			errs = append(errs, field.Invalid(p.Child("maxTxRate"), q.String(), "must be whole megabits per second"))
+		}
+	}
+	return errs
+}

@@ -46,6 +46,7 @@ app.kubernetes.io/component: {{ .component }}
 {{/* The DRA driver name of each vendor's kubelet plugin. */}}
 {{- define "strata.driverNames" -}}
 nvidia: nvidia.strata.sh
+rdma: rdma.strata.sh
 {{- end -}}
 
 {{/* Pod-level fields shared by every component; call with (dict "root" $ "c" .Values.x). */}}

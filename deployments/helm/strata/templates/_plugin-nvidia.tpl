@@ -18,6 +18,13 @@ paths in the CDI specs (--dev-root=/). */}}
 {{- define "strata.plugin.nvidia.env" -}}
 {{- end -}}
 
+{{- /* The plugin runs in the pod network; privileged is enough. */}}
+{{- define "strata.plugin.nvidia.pod" -}}
+{{- end -}}
+
+{{- define "strata.plugin.nvidia.capabilities" -}}
+{{- end -}}
+
 {{- define "strata.plugin.nvidia.mounts" -}}
 - name: driver-root
   mountPath: /driver-root

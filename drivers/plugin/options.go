@@ -1,0 +1,147 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+)
+
+// Options are the settings every vendor's kubelet plugin binary takes,
+// with their flags. A vendor's options embed them.
+type Options struct {
+	// NodeName is required; NodeUID is optional.
+	NodeName string
+	NodeUID  types.UID
+	// PodUID is the UID of the plugin's pod; set, the DaemonSet may be
+	// updated with maxSurge, the new pod starting beside the old one.
+	// Empty means one plugin pod per node at a time.
+	PodUID types.UID
+	// Kubeconfig is used by Serve; empty means the in-cluster
+	// configuration.
+	Kubeconfig string
+
+	PluginDataDir string
+	RegistrarDir  string
+	CDIDir        string
+	BootIDPath    string
+	// MetricsAddress is served by Serve; empty disables.
+	MetricsAddress string
+}
+
+// NewOptions returns the defaults of a driver's plugin on a real node.
+func NewOptions(driver, metricsAddress string) Options {
+	return Options{
+		NodeName:       os.Getenv("NODE_NAME"),
+		PodUID:         types.UID(os.Getenv("POD_UID")),
+		PluginDataDir:  filepath.Join(kubeletplugin.KubeletPluginsDir, driver),
+		RegistrarDir:   kubeletplugin.KubeletRegistryDir,
+		CDIDir:         "/var/run/cdi",
+		BootIDPath:     DefaultBootIDPath,
+		MetricsAddress: metricsAddress,
+	}
+}
+
+// AddFlags binds the options to flags, with the current values as
+// defaults.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "name of this node (default $NODE_NAME)")
+	fs.StringVar((*string)(&o.PodUID), "pod-uid", string(o.PodUID), "UID of this plugin's pod, from the downward API (default $POD_UID); "+
+		"enables rolling updates of the DaemonSet with maxSurge (kubelet 1.33 or later): the new pod starts and serves beside the old one, "+
+		"both coordinating through a lock in --plugin-data-dir. Empty means no rolling-update support: one plugin pod per node at a time "+
+		"(maxSurge 0)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; in-cluster configuration if empty")
+	fs.StringVar(&o.PluginDataDir, "plugin-data-dir", o.PluginDataDir, "directory for the DRA socket and the checkpoint")
+	fs.StringVar(&o.RegistrarDir, "registrar-dir", o.RegistrarDir, "kubelet plugin registration directory")
+	fs.StringVar(&o.CDIDir, "cdi-dir", o.CDIDir, "CDI spec directory of the container runtime")
+	fs.StringVar(&o.BootIDPath, "boot-id-path", o.BootIDPath, "file holding the host's boot id")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address to serve Prometheus metrics on; empty disables")
+}
+
+// Validate checks the options, naming the flag at fault.
+func (o Options) Validate() error {
+	var errs []error
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("--node-name or $NODE_NAME is required"))
+	}
+	if strings.Contains(string(o.PodUID), "/") {
+		errs = append(errs, fmt.Errorf("--pod-uid %q must not contain a slash: it becomes part of socket file names", o.PodUID))
+	}
+	return errors.Join(errs...)
+}
+
+// Config is the plugin configuration these options give a backend.
+func (o Options) Config(driver string, backend Backend, client kubernetes.Interface, events record.EventBroadcaster) Config {
+	return Config{
+		DriverName:       driver,
+		NodeName:         o.NodeName,
+		NodeUID:          o.NodeUID,
+		KubeClient:       client,
+		RollingUpdateUID: o.PodUID,
+		Backend:          backend,
+		PluginDataDir:    o.PluginDataDir,
+		RegistrarDir:     o.RegistrarDir,
+		CDIDir:           o.CDIDir,
+		BootIDPath:       o.BootIDPath,
+		Events:           events,
+	}
+}
+
+// Stopper is a running plugin.
+type Stopper interface{ Stop() }
+
+// Serve is a plugin binary's main loop: it connects to the API server,
+// starts the plugin, serves metrics, and stops the plugin when ctx ends.
+func Serve(ctx context.Context, o Options, start func(ctx context.Context, client kubernetes.Interface) (Stopper, error)) error {
+	config, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	p, err := start(ctx, client)
+	if err != nil {
+		return err
+	}
+	defer p.Stop()
+	if o.MetricsAddress != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", legacyregistry.Handler())
+		srv := &http.Server{Addr: o.MetricsAddress, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				klog.FromContext(ctx).Error(err, "Metrics server failed")
+			}
+		}()
+		defer srv.Close()
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration: %w", err)
+		}
+		return c, nil
+	}
+	return clientcmd.BuildConfigFromFlags("", kubeconfig)
+}
