@@ -535,10 +535,14 @@ func (e *capacityEstimator) allocatedOn(pod *corev1.Pod) (pinnedTo, error) {
 
 // draCapacity answers "how many copies of these claims fit on a node".
 type draCapacity struct {
-	e         *capacityEstimator
-	allocator structured.Allocator
-	claims    []*resourceapi.ResourceClaim
-	want      int
+	e *capacityEstimator
+	// state is the allocated state copies are placed against; a copy's
+	// devices are added while the next copy is placed and taken off
+	// again before allocate returns.
+	state  *structured.AllocatedState
+	slices []*resourceapi.ResourceSlice
+	claims []*resourceapi.ResourceClaim
+	want   int
 	// nodeKey maps node name to its class; memo maps class to the answer.
 	nodeKey  map[string][32]byte
 	memo     map[[32]byte]int
@@ -557,11 +561,7 @@ func (e *capacityEstimator) newDRACapacity(ctx context.Context, claims []*resour
 	if err != nil {
 		return nil, fmt.Errorf("list resource slices: %w", err)
 	}
-	alloc, err := structured.NewAllocator(ctx, e.features, *allocated, e.dra.DeviceClasses(), slices, e.celCache)
-	if err != nil {
-		return nil, fmt.Errorf("device allocator: %w", err)
-	}
-	d := &draCapacity{e: e, allocator: alloc, claims: claims, want: want, memo: map[[32]byte]int{}, memoSafe: memoSafe(claims)}
+	d := &draCapacity{e: e, state: allocated, slices: slices, claims: claims, want: want, memo: map[[32]byte]int{}, memoSafe: memoSafe(claims)}
 	d.nodeKey = e.nodeClasses(slices, allocated)
 	return d, nil
 }
@@ -569,7 +569,7 @@ func (e *capacityEstimator) newDRACapacity(ctx context.Context, claims []*resour
 // withClaims answers the same question for other claims over the same
 // allocator and node classes, which are the expensive part.
 func (d *draCapacity) withClaims(claims []*resourceapi.ResourceClaim) *draCapacity {
-	return &draCapacity{e: d.e, allocator: d.allocator, claims: claims, want: d.want, nodeKey: d.nodeKey, memo: map[[32]byte]int{}, memoSafe: memoSafe(claims)}
+	return &draCapacity{e: d.e, state: d.state, slices: d.slices, claims: claims, want: d.want, nodeKey: d.nodeKey, memo: map[[32]byte]int{}, memoSafe: memoSafe(claims)}
 }
 
 // memoSafe is false when a selector can tell identical nodes apart (by a
@@ -605,57 +605,62 @@ func (d *draCapacity) forNode(ctx context.Context, node *corev1.Node, limit int)
 			return min(v, limit), nil
 		}
 	}
-	// Binary search on the number of copies; Allocate is monotone in it.
-	lo, hi := 0, d.want
-	for lo < hi {
-		mid := (lo + hi + 1) / 2
-		ok, err := d.fits(ctx, node, mid)
-		if err != nil {
-			return 0, err
-		}
-		if ok {
-			lo = mid
-		} else {
-			hi = mid - 1
-		}
+	res, err := d.allocate(ctx, node, d.want)
+	if err != nil {
+		return 0, err
 	}
+	n := len(res) / len(d.claims)
 	if d.memoSafe {
-		d.memo[key] = lo
+		d.memo[key] = n
 	}
-	return min(lo, limit), nil
+	return min(n, limit), nil
 }
 
-func (d *draCapacity) fits(ctx context.Context, node *corev1.Node, k int) (bool, error) {
-	res, err := d.allocate(ctx, node, k)
-	if err != nil {
-		return false, err
-	}
-	return len(res) == k*len(d.claims), nil
-}
-
-// allocate allocates k copies of the claims on the node; the result is
-// short when they do not fit.
+// allocate places up to k copies of the claims on the node, one copy at
+// a time, each against the devices the copies before it took, as the
+// scheduler allocates one pod's claims after another's; it stops at the
+// first copy that does not fit. Placing the copies one by one keeps the
+// allocator's search to one member's claims: searching all k copies at
+// once makes it try every other arrangement of the copies that fitted
+// before it concludes that one more does not (for claims of many
+// requests, minutes per node).
 func (d *draCapacity) allocate(ctx context.Context, node *corev1.Node, k int) ([]resourceapi.AllocationResult, error) {
-	for len(d.copies) < k {
-		i := len(d.copies)
-		var set []*resourceapi.ResourceClaim
-		for _, c := range d.claims {
-			cp := c.DeepCopy()
-			cp.Name = fmt.Sprintf("%s-copy-%d", c.Name, i)
-			cp.UID = types.UID(fmt.Sprintf("%s-copy-%d", c.UID, i))
-			set = append(set, cp)
+	var out []resourceapi.AllocationResult
+	defer func() {
+		for _, r := range out {
+			applyAllocation(d.state, r.Devices.Results, false)
 		}
-		d.copies = append(d.copies, set)
+	}()
+	for i := 0; i < k; i++ {
+		if len(d.copies) <= i {
+			var set []*resourceapi.ResourceClaim
+			for _, c := range d.claims {
+				cp := c.DeepCopy()
+				cp.Name = fmt.Sprintf("%s-copy-%d", c.Name, i)
+				cp.UID = types.UID(fmt.Sprintf("%s-copy-%d", c.UID, i))
+				set = append(set, cp)
+			}
+			d.copies = append(d.copies, set)
+		}
+		// A new allocator per copy: an allocator may keep what it
+		// derived from the allocated state between calls.
+		alloc, err := structured.NewAllocator(ctx, d.e.features, *d.state, d.e.dra.DeviceClasses(), d.slices, d.e.celCache)
+		if err != nil {
+			return nil, fmt.Errorf("device allocator: %w", err)
+		}
+		res, err := alloc.Allocate(ctx, node, d.copies[i])
+		if err != nil {
+			return nil, fmt.Errorf("simulate allocation on %s: %w", node.Name, err)
+		}
+		if len(res) < len(d.claims) {
+			break
+		}
+		for _, r := range res {
+			applyAllocation(d.state, r.Devices.Results, true)
+		}
+		out = append(out, res...)
 	}
-	var claims []*resourceapi.ResourceClaim
-	for _, set := range d.copies[:k] {
-		claims = append(claims, set...)
-	}
-	res, err := d.allocator.Allocate(ctx, node, claims)
-	if err != nil {
-		return nil, fmt.Errorf("simulate allocation on %s: %w", node.Name, err)
-	}
-	return res, nil
+	return append([]resourceapi.AllocationResult(nil), out...), nil
 }
 
 func sortStrings(s []string) { sort.Strings(s) }

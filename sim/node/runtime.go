@@ -20,6 +20,9 @@ type Container struct {
 	Env []string `json:"env,omitempty"`
 	// Mounts are the container paths of injected mounts.
 	Mounts []string `json:"mounts,omitempty"`
+	// NetDevices are the host network interfaces moved into the
+	// container, as "<host name>=<name in the container>".
+	NetDevices []string `json:"netDevices,omitempty"`
 }
 
 // containerRuntime stands in for containerd's CDI support: it reads the
@@ -63,9 +66,13 @@ func (r *containerRuntime) inject(ids []string) (Container, error) {
 	for _, m := range spec.Mounts {
 		c.Mounts = append(c.Mounts, m.Destination)
 	}
+	for host, d := range spec.Linux.NetDevices {
+		c.NetDevices = append(c.NetDevices, host+"="+d.Name)
+	}
 	sort.Strings(c.CDIDevices)
 	sort.Strings(c.DeviceNodes)
 	sort.Strings(c.Env)
 	sort.Strings(c.Mounts)
+	sort.Strings(c.NetDevices)
 	return c, nil
 }

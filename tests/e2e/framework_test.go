@@ -35,6 +35,14 @@ type env struct {
 	client kubernetes.Interface
 }
 
+// with returns the environment for a subtest: the same cluster, failures
+// reported to t.
+func (e *env) with(t *testing.T) *env {
+	c := *e
+	c.t = t
+	return &c
+}
+
 // startCluster boots a simulated cluster from a cluster file body and
 // stops it when the test ends.
 func startCluster(t *testing.T, clusterYAML string) *env {
