@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -104,6 +105,9 @@ type PodClaim struct {
 	// ResourceClaim is the claim's object name, empty until generated.
 	ResourceClaim string   `json:"resourceClaim,omitempty"`
 	Devices       []Device `json:"devices,omitempty"`
+	// Matched is, per matchAttribute constraint of the claim that its
+	// allocation binds, the value its devices share, as "<attribute>=<value>".
+	Matched []string `json:"matched,omitempty"`
 }
 
 // Device is one allocated device.
@@ -162,6 +166,7 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 
 	r := &Report{APIVersion: APIVersion, Kind: Kind, Cluster: cluster}
 	full := fullCapacities(slices.Items)
+	attrs := deviceAttributes(slices.Items)
 	claimByKey := map[string]*resourceapi.ResourceClaim{}
 	allocatedOnNode := map[string]int{}
 	for i := range claims.Items {
@@ -190,7 +195,7 @@ func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Inter
 	r.Summary.Nodes = len(nodes.Items)
 	warnings := lastWarnings(events.Items)
 	for i := range pods.Items {
-		p := podReport(&pods.Items[i], claimByKey, full, warnings, containers)
+		p := podReport(&pods.Items[i], claimByKey, full, attrs, warnings, containers)
 		if p.Reason == corev1.PodReasonUnschedulable {
 			var found []string
 			for _, c := range p.Claims {
@@ -298,7 +303,88 @@ func devices(c *resourceapi.ResourceClaim, full capacities) []Device {
 	return out
 }
 
-func podReport(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim, full capacities, warnings map[types.UID]corev1.Event, containers Containers) Pod {
+// attributeIndex maps driver/pool/device to the device's attributes.
+type attributeIndex map[string]map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+
+func deviceAttributes(slices []resourceapi.ResourceSlice) attributeIndex {
+	out := attributeIndex{}
+	for _, s := range slices {
+		for _, d := range s.Spec.Devices {
+			out[s.Spec.Driver+"/"+s.Spec.Pool.Name+"/"+d.Name] = d.Attributes
+		}
+	}
+	return out
+}
+
+// matched reports, for each matchAttribute constraint of an allocated
+// claim, the value its devices share: what "the GPU and the NIC on one
+// PCIe switch" came to. A constraint on a firstAvailable rung that was
+// not chosen binds no device and is left out.
+func matched(c *resourceapi.ResourceClaim, attrs attributeIndex) []string {
+	if c == nil || c.Status.Allocation == nil {
+		return nil
+	}
+	var out []string
+	for _, con := range c.Spec.Devices.Constraints {
+		if con.MatchAttribute == nil {
+			continue
+		}
+		name := string(*con.MatchAttribute)
+		value, bound := "", false
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if !constrains(con.Requests, r.Request) {
+				continue
+			}
+			if v, ok := attributeValue(attrs[r.Driver+"/"+r.Pool+"/"+r.Device], r.Driver, name); ok {
+				value, bound = v, true
+			}
+		}
+		if bound {
+			out = append(out, name+"="+value)
+		}
+	}
+	return out
+}
+
+// constrains says whether a constraint over requests (all when empty)
+// applies to a result of request ("name" or "name/subrequest").
+func constrains(requests []string, request string) bool {
+	if len(requests) == 0 {
+		return true
+	}
+	parent, _, _ := strings.Cut(request, "/")
+	for _, r := range requests {
+		if r == request || r == parent {
+			return true
+		}
+	}
+	return false
+}
+
+// attributeValue looks a fully qualified attribute up on a device of a
+// driver, whose own attributes may be published without its domain.
+func attributeValue(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, driver, name string) (string, bool) {
+	a, ok := attrs[resourceapi.QualifiedName(name)]
+	if domain, id, found := strings.Cut(name, "/"); !ok && found && domain == driver {
+		a, ok = attrs[resourceapi.QualifiedName(id)]
+	}
+	if !ok {
+		return "", false
+	}
+	switch {
+	case a.StringValue != nil:
+		return *a.StringValue, true
+	case a.IntValue != nil:
+		return fmt.Sprint(*a.IntValue), true
+	case a.BoolValue != nil:
+		return fmt.Sprint(*a.BoolValue), true
+	case a.VersionValue != nil:
+		return *a.VersionValue, true
+	}
+	return "", false
+}
+
+func podReport(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim, full capacities, attrs attributeIndex, warnings map[types.UID]corev1.Event, containers Containers) Pod {
 	p := Pod{
 		Namespace:     pod.Namespace,
 		Name:          pod.Name,
@@ -317,7 +403,9 @@ func podReport(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim, fu
 			}
 		}
 		if entry.ResourceClaim != "" {
-			entry.Devices = devices(claims[pod.Namespace+"/"+entry.ResourceClaim], full)
+			c := claims[pod.Namespace+"/"+entry.ResourceClaim]
+			entry.Devices = devices(c, full)
+			entry.Matched = matched(c, attrs)
 		}
 		p.Claims = append(p.Claims, entry)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
 )
 
 func TestWriteTable(t *testing.T) {
@@ -34,5 +35,49 @@ Not running:
 `
 	if diff := cmp.Diff(want, out.String()); diff != "" {
 		t.Errorf("table (-want +got):\n%s", diff)
+	}
+}
+
+func TestMatchedAttributes(t *testing.T) {
+	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }
+	attrs := attributeIndex{
+		"rdma.strata.sh/n-0/nic-a":   {"topology.strata.sh/pcieSwitch": str("0000:17:00.0"), "linkLayer": str("InfiniBand")},
+		"nvidia.strata.sh/n-0/gpu-0": {"topology.strata.sh/pcieSwitch": str("0000:17:00.0")},
+	}
+	sw := resourceapi.FullyQualifiedName("topology.strata.sh/pcieSwitch")
+	numa := resourceapi.FullyQualifiedName("resource.kubernetes.io/numaNode")
+	link := resourceapi.FullyQualifiedName("rdma.strata.sh/linkLayer")
+	c := &resourceapi.ResourceClaim{
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Constraints: []resourceapi.DeviceConstraint{
+			{Requests: []string{"nic/same-switch", "gpu"}, MatchAttribute: &sw},
+			// The rung not chosen binds nothing and is not shown.
+			{Requests: []string{"nic/same-numa"}, MatchAttribute: &numa},
+			// A driver's own attribute, published without its domain.
+			{Requests: []string{"nic"}, MatchAttribute: &link},
+		}}},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+			{Request: "nic/same-switch", Driver: "rdma.strata.sh", Pool: "n-0", Device: "nic-a"},
+			{Request: "gpu", Driver: "nvidia.strata.sh", Pool: "n-0", Device: "gpu-0"},
+		}}}},
+	}
+	want := []string{"topology.strata.sh/pcieSwitch=0000:17:00.0", "rdma.strata.sh/linkLayer=InfiniBand"}
+	if diff := cmp.Diff(want, matched(c, attrs)); diff != "" {
+		t.Errorf("matched (-want +got):\n%s", diff)
+	}
+	if got := matched(&resourceapi.ResourceClaim{Spec: c.Spec}, attrs); got != nil {
+		t.Errorf("unallocated claim matched %v", got)
+	}
+
+	r := &Report{Pods: []Pod{{Namespace: "default", Name: "w", Node: "n-0", Phase: "Running", Claims: []PodClaim{{
+		Name:    "gpu-nic",
+		Devices: []Device{{Driver: "rdma.strata.sh", Pool: "n-0", Device: "nic-a"}, {Driver: "nvidia.strata.sh", Pool: "n-0", Device: "gpu-0"}},
+		Matched: want[:1],
+	}}}}}
+	var out bytes.Buffer
+	if err := r.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	if line := "rdma.strata.sh/n-0/nic-a, nvidia.strata.sh/n-0/gpu-0 (topology.strata.sh/pcieSwitch=0000:17:00.0)"; !bytes.Contains(out.Bytes(), []byte(line)) {
+		t.Errorf("table does not show the matched switch:\n%s", out.String())
 	}
 }

@@ -41,7 +41,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 			if i > 0 {
 				ns, name, n, phase = "", "", "", ""
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ns, name, n, phase, c.Name, deviceList(c.Devices))
+			devs := deviceList(c.Devices)
+			if len(c.Matched) > 0 {
+				devs += " (" + strings.Join(c.Matched, ", ") + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ns, name, n, phase, c.Name, devs)
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/strata-sh/strata/drivers/nvidia"
+	"github.com/strata-sh/strata/drivers/rdma"
 	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/internal/testutil"
 	"github.com/strata-sh/strata/scheduler-plugins/config"
@@ -250,7 +251,7 @@ func runSim(t *testing.T, o sim.RunOptions) *report.Report {
 // with the devices its claims ask for.
 func TestDemo(t *testing.T) {
 	const dir = "../../deployments/examples/demo"
-	r := runSim(t, sim.RunOptions{ClusterFile: dir + "/cluster.yaml", Manifests: []string{dir, examplesDir + "/nvidia", examplesDir + "/gang"}})
+	r := runSim(t, sim.RunOptions{ClusterFile: dir + "/cluster.yaml", Manifests: []string{dir, examplesDir + "/nvidia", examplesDir + "/gang", examplesDir + "/rdma/gpu-nic-same-switch.yaml"}})
 	want := map[string]struct {
 		nodePrefix string
 		devices    int
@@ -270,6 +271,8 @@ func TestDemo(t *testing.T) {
 		// The whole GPU and the MIG slice of one claim: MIG is dynamic on
 		// the A100 only.
 		"trainer-with-sidecar": {"dgx-a100-", 2},
+		// A GPU and the NIC on its PCIe switch.
+		"gpudirect-worker": {"dgx-h100-", 2},
 	}
 	for i := 0; i < 4; i++ {
 		want[fmt.Sprintf("notebook-%d", i)] = struct {
@@ -299,13 +302,16 @@ func TestDemo(t *testing.T) {
 		for _, c := range p.Claims {
 			for _, d := range c.Devices {
 				got++
-				if d.Driver != nvidia.DriverName || d.Pool != p.Node {
+				if d.Driver != nvidia.DriverName && (p.Name != "gpudirect-worker" || d.Driver != rdma.DriverName) || d.Pool != p.Node {
 					t.Errorf("pod %s: device %+v not from its node's GPUs", p.Name, d)
 				}
 			}
 		}
 		if got != w.devices {
 			t.Errorf("pod %s has %d devices, want %d", p.Name, got, w.devices)
+		}
+		if p.Name == "gpudirect-worker" && (len(p.Claims) != 1 || len(p.Claims[0].Matched) != 1 || !strings.HasPrefix(p.Claims[0].Matched[0], "topology.strata.sh/pcieSwitch=0000:")) {
+			t.Errorf("gpudirect-worker claims %+v, want the GPU and NIC shown on one PCIe switch", p.Claims)
 		}
 	}
 	// The gang runs whole inside one block.
