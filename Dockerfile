@@ -21,7 +21,7 @@ ARG LDFLAGS=""
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" \
     go build -trimpath -ldflags "${LDFLAGS}" -o /out/ \
-        ./cmd/strata-scheduler ./cmd/strata-controller ./cmd/nvidia-kubelet-plugin
+        ./cmd/strata-scheduler ./cmd/strata-controller ./cmd/nvidia-kubelet-plugin ./cmd/rdma-kubelet-plugin
 
 # kube-scheduler with Strata's plugins; needs no privileges.
 FROM gcr.io/distroless/base-debian12:nonroot AS strata-scheduler
@@ -40,3 +40,10 @@ ENTRYPOINT ["/usr/bin/strata-controller"]
 FROM gcr.io/distroless/base-debian12 AS nvidia-kubelet-plugin
 COPY --from=build /out/nvidia-kubelet-plugin /usr/bin/nvidia-kubelet-plugin
 ENTRYPOINT ["/usr/bin/nvidia-kubelet-plugin"]
+
+# The RDMA kubelet plugin runs as root on the host network with
+# CAP_NET_ADMIN: it reads sysfs, writes CDI specs, and sets SR-IOV virtual
+# function parameters through their physical function over netlink.
+FROM gcr.io/distroless/base-debian12 AS rdma-kubelet-plugin
+COPY --from=build /out/rdma-kubelet-plugin /usr/bin/rdma-kubelet-plugin
+ENTRYPOINT ["/usr/bin/rdma-kubelet-plugin"]

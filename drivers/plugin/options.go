@@ -124,9 +124,20 @@ func Serve(ctx context.Context, o Options, start func(ctx context.Context, clien
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", legacyregistry.Handler())
 		srv := &http.Server{Addr: o.MetricsAddress, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		// During a rolling update the old pod holds the port (plugins on
+		// the host network share it) until it stops: keep trying.
 		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				klog.FromContext(ctx).Error(err, "Metrics server failed")
+			for {
+				err := srv.ListenAndServe()
+				if errors.Is(err, http.ErrServerClosed) || ctx.Err() != nil {
+					return
+				}
+				klog.FromContext(ctx).Error(err, "Metrics server failed, retrying", "address", o.MetricsAddress)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(5 * time.Second):
+				}
 			}
 		}()
 		defer srv.Close()

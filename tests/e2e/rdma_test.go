@@ -171,6 +171,35 @@ func TestRDMA(t *testing.T) {
 		}
 	})
 
+	t.Run("plugin-identity", func(t *testing.T) {
+		e := e.with(t)
+		// The RDMA plugin publishes under its own service account (the
+		// slices above are the proof it may); it may not touch the
+		// NVIDIA driver's slices of its own node.
+		client, err := e.sim.PluginClient(rdma.DriverName, "h100-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := e.client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gpuSlice *resourceapi.ResourceSlice
+		for i := range list.Items {
+			if s := &list.Items[i]; s.Spec.Driver == nvidia.DriverName && ptr.Deref(s.Spec.NodeName, "") == "h100-0" {
+				gpuSlice = s
+			}
+		}
+		if gpuSlice == nil {
+			t.Fatal("no NVIDIA slice on h100-0")
+		}
+		gpuSlice.Labels = map[string]string{"touched": "yes"}
+		_, err = client.ResourceV1().ResourceSlices().Update(e.ctx, gpuSlice, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil || !strings.Contains(err.Error(), nvidia.DriverName) {
+			t.Errorf("the RDMA plugin changed an NVIDIA slice: %v", err)
+		}
+	})
+
 	t.Run("same-switch-stream", func(t *testing.T) {
 		e := e.with(t)
 		defer e.deleteAllPods()
