@@ -327,6 +327,26 @@ func TestRDMA(t *testing.T) {
 		}
 	})
 
+	t.Run("koordinator-joint-vf", func(t *testing.T) {
+		e := e.with(t)
+		defer e.deleteAllPods()
+		e.applyFile(dir + "/koordinator-joint-vf.yaml")
+		pod := e.waitRunning("default", "pod-vf01")
+		ix := e.publishedDevices()
+		var vf, gpu resourceapi.DeviceRequestAllocationResult
+		for _, r := range e.claimResults(pod, "gpu-vf") {
+			if strings.HasPrefix(r.Request, "vf/") {
+				vf = r
+			} else {
+				gpu = r
+			}
+		}
+		sw := stringAttr(ix.of(vf), string(pci.AttrPCIeSwitch))
+		if vf.Request != "vf/same-switch" || stringAttr(ix.of(vf), "type") != "vf" || sw == "" || sw != stringAttr(ix.of(gpu), string(pci.AttrPCIeSwitch)) {
+			t.Errorf("pod-vf01 got %s %s and %s, want a VF and a GPU on one switch", vf.Request, vf.Device, gpu.Device)
+		}
+	})
+
 	t.Run("shared-nic", func(t *testing.T) {
 		e := e.with(t)
 		defer e.deleteAllPods()
