@@ -214,14 +214,18 @@ func TestRDMA(t *testing.T) {
 		next := 0
 		checked := map[string]bool{}
 		ix := e.publishedDevices()
-		for round := 0; round < 8; round++ {
-			for n := 1 + rng.IntN(6); n > 0; n-- {
+		// At least eight rounds, and on until the cluster was seen full
+		// with pods waiting (a pair must never be found across switches
+		// then either).
+		saturated := false
+		for round := 0; round < 8 || !saturated && round < 20; round++ {
+			for n := 2 + rng.IntN(6); n > 0; n-- {
 				name := fmt.Sprintf("pair-%d", next)
 				next++
 				e.createPod(testutil.MakePod(name).Scheduler(config.ProfileName).ClaimTemplate("gpu-nic", "gpu-with-nic").Obj())
 				live = append(live, name)
 			}
-			for n := rng.IntN(4); n > 0 && len(live) > 0; n-- {
+			for n := rng.IntN(3); n > 0 && len(live) > 0; n-- {
 				i := rng.IntN(len(live))
 				e.deletePod("default", live[i])
 				live = slices.Delete(live, i, i+1)
@@ -244,7 +248,11 @@ func TestRDMA(t *testing.T) {
 						waiting++
 					}
 				}
-				return running+waiting == len(pods) && (waiting == 0 || running == capacity), nil
+				if running+waiting == len(pods) && waiting > 0 && running == capacity {
+					saturated = true
+					return true, nil
+				}
+				return running+waiting == len(pods) && waiting == 0, nil
 			})
 			nicsInUse := map[string]string{}
 			for i := range pods {
@@ -276,8 +284,8 @@ func TestRDMA(t *testing.T) {
 				checked[p.Name] = true
 			}
 		}
-		if len(checked) < capacity/2 {
-			t.Errorf("only %d allocations checked", len(checked))
+		if !saturated || len(checked) < capacity {
+			t.Errorf("the stream checked %d allocations and saturated=%t; want the cluster seen full", len(checked), saturated)
 		}
 		t.Logf("%d pods, %d allocations checked", next, len(checked))
 	})
@@ -474,6 +482,50 @@ func TestRDMA(t *testing.T) {
 					Label(schedulingv1alpha1.PodGroupLabel, name).ClaimTemplate("rails", "eight-gpus-rail-aligned").Obj())
 			}
 		}
+		// One GPU with the NIC on its switch per member, on h100-0 (eight
+		// pairs) and cpu-nics-0 (eight GPUs, no pair): nine members wait
+		// whole although sixteen GPUs are free; eight run on h100-0.
+		e.applyFile(dir + "/gpu-nic-same-switch.yaml")
+		e.deletePod("default", "gpudirect-worker")
+		pairGang := func(name string, members int) {
+			pg := &schedulingv1alpha1.PodGroup{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+				Spec:       schedulingv1alpha1.PodGroupSpec{MinMember: int32(members)},
+			}
+			if err := e.crClient().Create(e.ctx, pg); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < members; i++ {
+				p := testutil.MakePod(fmt.Sprintf("%s-%d", name, i)).Scheduler(config.ProfileName).
+					Label(schedulingv1alpha1.PodGroupLabel, name).ClaimTemplate("gpu-nic", "gpu-with-nic").Obj()
+				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+						Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{"h100-0", "cpu-nics-0"},
+					}}}},
+				}}}
+				e.createPod(p)
+			}
+		}
+		pairGang("nine-pairs", 9)
+		e.waitPodGroup("nine-pairs", "gang of nine pairs refused for room", 60*time.Second, func(_ *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
+			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "Unschedulable"
+		})
+		if n := boundCount(e.gangPods("nine-pairs")); n != 0 {
+			t.Fatalf("%d members of the gang of nine pairs were bound, want none", n)
+		}
+		for i := 0; i < 9; i++ {
+			e.deletePod("default", fmt.Sprintf("nine-pairs-%d", i))
+		}
+		pairGang("eight-pairs", 8)
+		for _, p := range e.waitGangRunning("eight-pairs", 8) {
+			if p.Spec.NodeName != "h100-0" {
+				t.Errorf("%s placed on %s, want h100-0", p.Name, p.Spec.NodeName)
+			}
+		}
+		for i := 0; i < 8; i++ {
+			e.deletePod("default", fmt.Sprintf("eight-pairs-%d", i))
+		}
+
 		railGang("four", 4)
 		e.waitPodGroup("four", "gang of four refused for room", 60*time.Second, func(_ *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
 			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "Unschedulable"
