@@ -179,7 +179,11 @@ func writeRDMA(sys string, m Machine) error {
 		files[filepath.Join(netdir, "address")] = "00:00:10:87:fe:80:00:00:00:00:00:00:" + colonPairs(strings.ReplaceAll(guid(d.Number), ":", ""))
 		files[filepath.Join(netdir, "type")] = "32"
 		if d.NIC.LinkLayer == LinkEthernet {
-			files[filepath.Join(netdir, "mtu")] = "9000"
+			// Jumbo frames on the PF, the kernel's default on a VF.
+			files[filepath.Join(netdir, "mtu")] = "1500"
+			if d.PF == "" {
+				files[filepath.Join(netdir, "mtu")] = "9000"
+			}
 			files[filepath.Join(netdir, "address")] = mac(d.Number)
 			files[filepath.Join(netdir, "type")] = "1"
 		} else {

@@ -121,8 +121,9 @@ func (p *port) linkLayerFromPF() {
 }
 
 // assignRails numbers the PFs' rails: in the order rails names their RDMA
-// devices when given (every PF must be named once), else in PCI address
-// order.
+// devices when given (each at most once, and each a PF of this node; PFs
+// left out, such as storage or in-band NICs, get no rail), else in PCI
+// address order.
 func assignRails(pfs []*port, rails []string) error {
 	if len(rails) == 0 {
 		for i, p := range pfs {

@@ -100,6 +100,11 @@ func checkVF(p *port, vf *configv1alpha1.VFConfig) field.ErrorList {
 		return field.ErrorList{field.Forbidden(path, fmt.Sprintf("device %s is a physical function; VF settings apply to virtual functions only (DeviceClass rdma-vf.strata.sh)", p.name))}
 	}
 	var errs field.ErrorList
+	// Checked on the merged settings: a class may give the VLAN and a
+	// claim its priority.
+	if vf.VLANQoS != nil && vf.VLAN == nil {
+		errs = append(errs, field.Required(path.Child("vlan"), "vlanQoS needs a VLAN"))
+	}
 	if p.linkLayer == linkInfiniBand {
 		if vf.VLAN != nil {
 			errs = append(errs, field.Forbidden(path.Child("vlan"), fmt.Sprintf("device %s is on an InfiniBand port; VLANs are Ethernet only", p.name)))
@@ -213,18 +218,21 @@ func (b *Backend) prepareDevice(ctx context.Context, a plugin.AllocatedDevice, p
 func (b *Backend) Unprepare(ctx context.Context, _ plugin.ClaimRef, devices []plugin.PreparedDevice) error {
 	var errs []error
 	for _, d := range devices {
-		p, err := b.port(d.Device)
-		if err != nil || !p.isVF() {
-			continue // gone from the node, or nothing to undo
-		}
-		st := vfState{PF: p.pf.netdev, VF: p.vfIndex, Netdev: p.netdev, Previous: linkDefaults(), PreviousMTU: defaultMTU(p.linkLayer)}
+		var st vfState
 		if len(d.State) > 0 {
+			// The recorded state names the links, so a VF whose RDMA
+			// device is gone from sysfs (driver reloaded) is still put
+			// back.
 			if err := json.Unmarshal(d.State, &st); err != nil {
 				errs = append(errs, fmt.Errorf("device %s: state: %w", d.Device, err))
 				continue
 			}
-		} else if d.Edits.NetDevices != nil {
-			continue // prepared without settings: nothing was changed
+		} else {
+			p, err := b.port(d.Device)
+			if err != nil || !p.isVF() || d.Edits.NetDevices != nil {
+				continue // gone, a PF, or prepared without settings: nothing to undo
+			}
+			st = vfState{PF: p.pf.netdev, VF: p.vfIndex, Netdev: p.netdev, Previous: linkDefaults(), PreviousMTU: defaultMTU(p.linkLayer)}
 		}
 		if err := b.cfg.Links.SetVF(st.PF, st.VF, st.Previous); err != nil {
 			errs = append(errs, fmt.Errorf("device %s: %w", d.Device, err))

@@ -135,13 +135,10 @@ func (c *NicConfig) Validate() field.ErrorList {
 	if v.VLAN != nil && (*v.VLAN < 1 || *v.VLAN > 4094) {
 		errs = append(errs, field.Invalid(p.Child("vlan"), *v.VLAN, "must be between 1 and 4094"))
 	}
-	if v.VLANQoS != nil {
-		if *v.VLANQoS < 0 || *v.VLANQoS > 7 {
-			errs = append(errs, field.Invalid(p.Child("vlanQoS"), *v.VLANQoS, "must be between 0 and 7"))
-		}
-		if v.VLAN == nil {
-			errs = append(errs, field.Required(p.Child("vlan"), "vlanQoS needs a VLAN"))
-		}
+	// That vlanQoS needs a VLAN is checked on the merged settings of a
+	// device (a DeviceClass may give the VLAN, a claim the priority).
+	if v.VLANQoS != nil && (*v.VLANQoS < 0 || *v.VLANQoS > 7) {
+		errs = append(errs, field.Invalid(p.Child("vlanQoS"), *v.VLANQoS, "must be between 0 and 7"))
 	}
 	if v.MTU != nil && (*v.MTU < MinVFMTU || *v.MTU > MaxVFMTU) {
 		errs = append(errs, field.Invalid(p.Child("mtu"), *v.MTU, fmt.Sprintf("must be between %d and %d", MinVFMTU, MaxVFMTU)))
