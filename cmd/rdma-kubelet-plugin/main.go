@@ -6,27 +6,12 @@ package main
 
 import (
 	"context"
-	"flag"
-	"os"
-	"os/signal"
-	"syscall"
 
-	"k8s.io/klog/v2"
-
+	"github.com/strata-sh/strata/drivers/plugin"
 	"github.com/strata-sh/strata/drivers/rdma/app"
 )
 
 func main() {
 	o := app.NewOptions()
-	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
-	klog.InitFlags(fs)
-	o.AddFlags(fs)
-	_ = fs.Parse(os.Args[1:])
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := app.Run(ctx, o); err != nil {
-		klog.FromContext(ctx).Error(err, "RDMA kubelet plugin failed")
-		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
-	}
+	plugin.Main("RDMA kubelet plugin", o.AddFlags, func(ctx context.Context) error { return app.Run(ctx, o) })
 }

@@ -16,12 +16,11 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
-	"github.com/strata-sh/strata/deployments"
 	"github.com/strata-sh/strata/drivers/plugin"
 	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/hardware/nvmlmock"
+	"github.com/strata-sh/strata/internal/testutil"
 )
 
 // The scheduler's DynamicResources plugin builds one allocator per pod and
@@ -35,40 +34,6 @@ import (
 //
 // Reported per claim: ns/op for allocator construction plus one Allocate
 // per node, as in a scheduling cycle that filters every node.
-
-// classLister serves Strata's DeviceClasses.
-type classLister map[string]*resourceapi.DeviceClass
-
-func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
-	out := make([]*resourceapi.DeviceClass, 0, len(l))
-	for _, c := range l {
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
-	if c, ok := l[name]; ok {
-		return c, nil
-	}
-	return nil, fmt.Errorf("no DeviceClass %s", name)
-}
-
-func strataClasses(b *testing.B) classLister {
-	files, err := deployments.DeviceClasses()
-	if err != nil {
-		b.Fatal(err)
-	}
-	out := classLister{}
-	for _, raw := range files {
-		c := &resourceapi.DeviceClass{}
-		if err := yaml.Unmarshal(raw, c); err != nil {
-			b.Fatal(err)
-		}
-		out[c.Name] = c
-	}
-	return out
-}
 
 // nodeInventory discovers one DGX H100 through the real backend.
 func nodeInventory(b *testing.B, migMode MIGMode) *plugin.Inventory {
@@ -181,7 +146,7 @@ func BenchmarkAllocateClaim(b *testing.B) {
 	def := nodeInventory(b, MIGStatic)
 	dynamic := nodeInventory(b, MIGDynamic)
 	layouts := map[string]*plugin.Inventory{"whole-only": wholeOnly(def), "default": def, "dynamic-mig": dynamic, "sparse-mig": sparseMIG(dynamic)}
-	classes := strataClasses(b)
+	classes := testutil.StrataClasses(b)
 	features := structured.Features{ConsumableCapacity: true, DeviceTaints: true, PartitionableDevices: true, PrioritizedList: true}
 	celCache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: true})
 	state := structured.AllocatedState{

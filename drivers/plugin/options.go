@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -155,4 +157,21 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return c, nil
 	}
 	return clientcmd.BuildConfigFromFlags("", kubeconfig)
+}
+
+// Main is a plugin binary's main function: it parses the flags that
+// addFlags binds (and klog's), runs until SIGINT or SIGTERM, and exits 1
+// with the error run returns.
+func Main(what string, addFlags func(*flag.FlagSet), run func(context.Context) error) {
+	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	klog.InitFlags(fs)
+	addFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, what+" failed")
+		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+	}
 }

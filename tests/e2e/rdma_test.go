@@ -466,46 +466,19 @@ func TestRDMA(t *testing.T) {
 		defer e.deleteAllPods()
 		e.applyFile(dir + "/eight-gpus-rail-aligned.yaml")
 		e.deletePod("default", "full-node-trainer")
-		// Three nodes pair all eight GPUs with a NIC on their switch; the
-		// fourth has eight free GPUs but no NIC beside any of them. A gang
-		// of four waits whole; a gang of three runs on the three.
-		railGang := func(name string, members int) {
-			pg := &schedulingv1alpha1.PodGroup{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-				Spec:       schedulingv1alpha1.PodGroupSpec{MinMember: int32(members)},
-			}
-			if err := e.crClient().Create(e.ctx, pg); err != nil {
-				t.Fatal(err)
-			}
-			for i := 0; i < members; i++ {
-				e.createPod(testutil.MakePod(fmt.Sprintf("%s-%d", name, i)).Scheduler(config.ProfileName).
-					Label(schedulingv1alpha1.PodGroupLabel, name).ClaimTemplate("rails", "eight-gpus-rail-aligned").Obj())
-			}
-		}
 		// One GPU with the NIC on its switch per member, on h100-0 (eight
 		// pairs) and cpu-nics-0 (eight GPUs, no pair): nine members wait
 		// whole although sixteen GPUs are free; eight run on h100-0.
 		e.applyFile(dir + "/gpu-nic-same-switch.yaml")
 		e.deletePod("default", "gpudirect-worker")
-		pairGang := func(name string, members int) {
-			pg := &schedulingv1alpha1.PodGroup{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-				Spec:       schedulingv1alpha1.PodGroupSpec{MinMember: int32(members)},
-			}
-			if err := e.crClient().Create(e.ctx, pg); err != nil {
-				t.Fatal(err)
-			}
-			for i := 0; i < members; i++ {
-				p := testutil.MakePod(fmt.Sprintf("%s-%d", name, i)).Scheduler(config.ProfileName).
-					Label(schedulingv1alpha1.PodGroupLabel, name).ClaimTemplate("gpu-nic", "gpu-with-nic").Obj()
-				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-					NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
-						Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{"h100-0", "cpu-nics-0"},
-					}}}},
-				}}}
-				e.createPod(p)
-			}
+		onTwoNodes := func(p *corev1.Pod) {
+			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+					Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{"h100-0", "cpu-nics-0"},
+				}}}},
+			}}}
 		}
+		pairGang := func(name string, members int) { e.claimGang(name, members, "gpu-nic", "gpu-with-nic", onTwoNodes) }
 		pairGang("nine-pairs", 9)
 		e.waitPodGroup("nine-pairs", "gang of nine pairs refused for room", 60*time.Second, func(_ *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
 			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "Unschedulable"
@@ -526,6 +499,10 @@ func TestRDMA(t *testing.T) {
 			e.deletePod("default", fmt.Sprintf("eight-pairs-%d", i))
 		}
 
+		// Three nodes pair all eight GPUs with a NIC on their switch; the
+		// fourth has eight free GPUs but no NIC beside any of them. A gang
+		// of four waits whole; a gang of three runs on the three.
+		railGang := func(name string, members int) { e.claimGang(name, members, "rails", "eight-gpus-rail-aligned", nil) }
 		railGang("four", 4)
 		e.waitPodGroup("four", "gang of four refused for room", 60*time.Second, func(_ *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
 			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "Unschedulable"
@@ -556,6 +533,27 @@ func TestRDMA(t *testing.T) {
 			}
 		}
 	})
+}
+
+// claimGang creates a PodGroup of members pods, each with a claim from a
+// template; adjust, if set, changes each pod before it is created.
+func (e *env) claimGang(name string, members int, claim, template string, adjust func(*corev1.Pod)) {
+	e.t.Helper()
+	pg := &schedulingv1alpha1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec:       schedulingv1alpha1.PodGroupSpec{MinMember: int32(members)},
+	}
+	if err := e.crClient().Create(e.ctx, pg); err != nil {
+		e.t.Fatal(err)
+	}
+	for i := 0; i < members; i++ {
+		p := testutil.MakePod(fmt.Sprintf("%s-%d", name, i)).Scheduler(config.ProfileName).
+			Label(schedulingv1alpha1.PodGroupLabel, name).ClaimTemplate(claim, template).Obj()
+		if adjust != nil {
+			adjust(p)
+		}
+		e.createPod(p)
+	}
 }
 
 func isUnschedulable(p *corev1.Pod) bool {

@@ -16,9 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
-	"github.com/strata-sh/strata/deployments"
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/drivers/pci"
 	"github.com/strata-sh/strata/drivers/plugin"
@@ -26,6 +24,7 @@ import (
 	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/hardware/linkmock"
 	"github.com/strata-sh/strata/hardware/nvmlmock"
+	"github.com/strata-sh/strata/internal/testutil"
 )
 
 // The scheduler's DynamicResources plugin builds one allocator per pod and
@@ -67,40 +66,11 @@ var switchAttr = resourceapi.FullyQualifiedName(pci.AttrPCIeSwitch)
 // (shared NICs and GPUs need consumable capacity).
 var features = structured.Features{ConsumableCapacity: true, DeviceTaints: true, PartitionableDevices: true, PrioritizedList: true}
 
-// classLister serves Strata's DeviceClasses.
-type classLister map[string]*resourceapi.DeviceClass
-
-func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
-	out := make([]*resourceapi.DeviceClass, 0, len(l))
-	for _, c := range l {
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
-	if c, ok := l[name]; ok {
-		return c, nil
-	}
-	return nil, fmt.Errorf("no DeviceClass %s", name)
-}
-
 // strataClasses loads the DeviceClasses the chart ships. Should the chart
 // lack rdma-nic.strata.sh, the class is defined here with the chart's
 // selector (and the fallback is logged).
-func strataClasses(tb testing.TB) classLister {
-	files, err := deployments.DeviceClasses()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out := classLister{}
-	for _, raw := range files {
-		c := &resourceapi.DeviceClass{}
-		if err := yaml.Unmarshal(raw, c); err != nil {
-			tb.Fatal(err)
-		}
-		out[c.Name] = c
-	}
+func strataClasses(tb testing.TB) testutil.ClassLister {
+	out := testutil.StrataClasses(tb)
 	if _, ok := out[gpuClass]; !ok {
 		tb.Fatalf("the chart ships no DeviceClass %s", gpuClass)
 	}
@@ -294,7 +264,7 @@ func gpu0Switch(tb testing.TB, m machine) string {
 // request, so the port's full bandwidth) is allocated by the allocator on
 // the first node; its result is recorded for every node's pool. It
 // returns the state and the busy NIC's device name.
-func busyState(tb testing.TB, ctx context.Context, classes classLister, m machine, c cluster) (structured.AllocatedState, string) {
+func busyState(tb testing.TB, ctx context.Context, classes testutil.ClassLister, m machine, c cluster) (structured.AllocatedState, string) {
 	req := exactly("nic", nicClass, 1)
 	req.Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 		Expression: fmt.Sprintf(`device.attributes[%q].pcieSwitch == %q`, pci.TopologyDomain, gpu0Switch(tb, m)),
@@ -378,7 +348,7 @@ func BenchmarkJointAllocation(b *testing.B) {
 
 // allocate runs the allocator for claim on the first node of c and
 // returns the devices by request name, nil when it finds no allocation.
-func allocate(t *testing.T, ctx context.Context, classes classLister, state structured.AllocatedState, c cluster, claim *resourceapi.ResourceClaim) map[string][]resourceapi.DeviceRequestAllocationResult {
+func allocate(t *testing.T, ctx context.Context, classes testutil.ClassLister, state structured.AllocatedState, c cluster, claim *resourceapi.ResourceClaim) map[string][]resourceapi.DeviceRequestAllocationResult {
 	t.Helper()
 	alloc, err := structured.NewAllocator(ctx, features, state, classes, c.slices, cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}))
 	if err != nil {
