@@ -32,6 +32,10 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			body: "apiVersion: v1\nkind: Pod\nnodeGroups:\n- name: a\n  count: 1\n",
 			want: []string{"apiVersion", "kind"},
 		},
+		"rdma without hardware": {
+			body: "apiVersion: sim.strata.sh/v1alpha1\nkind: Cluster\nnodeGroups:\n- name: a\n  count: 1\n  rdma: true\n",
+			want: []string{"nodeGroups[0].rdma", "needs a hardware preset"},
+		},
 		"duplicate group": {
 			body: "apiVersion: sim.strata.sh/v1alpha1\nkind: Cluster\nnodeGroups:\n- name: a\n  count: 1\n- name: a\n  count: 1\n",
 			want: []string{"nodeGroups[1].name"},
