@@ -106,6 +106,7 @@ var (
 	_ plugin.Reconciler    = (*Backend)(nil)
 	_ plugin.HealthWatcher = (*Backend)(nil)
 	_ plugin.Restorer      = (*Backend)(nil)
+	_ plugin.Configurable  = (*Backend)(nil)
 )
 
 // New initialises NVML and discovers the GPUs.
@@ -318,10 +319,7 @@ func (b *Backend) validateDevice(a plugin.AllocatedDevice) (sharingStrategy, err
 	if !ok {
 		return "", errNotOnNode
 	}
-	cfg, err := decodeConfigs(a.Configs)
-	if err != nil {
-		return "", err
-	}
+	cfg := gpuConfig(a)
 	switch d.kind {
 	case kindGPU:
 		s, err := b.sharedLimits(d, a, cfg)
@@ -346,10 +344,7 @@ func (b *Backend) prepareDevice(ctx context.Context, claim plugin.ClaimRef, a pl
 	if !ok {
 		return out, errNotOnNode
 	}
-	cfg, err := decodeConfigs(a.Configs)
-	if err != nil {
-		return out, err
-	}
+	cfg := gpuConfig(a)
 	st := deviceState{Kind: d.kind}
 	gpuNode := b.node(fmt.Sprintf("nvidia%d", d.gpu.minor), b.devs.nvidia, int64(d.gpu.minor))
 	switch d.kind {

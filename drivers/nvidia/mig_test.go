@@ -297,7 +297,7 @@ func TestSharedLimitsAndMPS(t *testing.T) {
 		a := plugin.AllocatedDevice{Request: "gpu", Pool: "node-a", Device: "gpu-4",
 			ConsumedCapacity: map[resourceapi.QualifiedName]string{"cores": "40", "memory": "20Gi"}}
 		if cfg != nil {
-			a.Configs = []json.RawMessage{cfg}
+			a.Config = effective(t, cfg)
 		}
 		return b.Prepare(ctx, &plugin.PrepareRequest{
 			Claim:   &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: uid, UID: k8stypes.UID("uid-" + uid)}},

@@ -2,7 +2,6 @@ package nvidia
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -63,27 +62,43 @@ type sharedDevice struct {
 	timeSlice configv1alpha1.TimeSliceInterval
 }
 
-// decodeConfigs decodes a device's opaque configs strictly and merges
-// them, later ones (claim) over earlier ones (class). A claim's sharing
-// config replaces the class's, except that the class's compute share
-// stays the default.
-func decodeConfigs(raws []json.RawMessage) (*configv1alpha1.GpuConfig, error) {
+// configHandler decodes GpuConfigs for the plugin core.
+type configHandler struct{}
+
+// ConfigHandler implements plugin.Configurable.
+func (b *Backend) ConfigHandler() plugin.ConfigHandler { return configHandler{} }
+
+// Decode implements plugin.ConfigHandler.
+func (configHandler) Decode(raw []byte) (any, error) {
+	return configv1alpha1.DecodeGpuConfig(raw)
+}
+
+// Effective implements plugin.ConfigHandler: later configs (the claim's)
+// over earlier ones (the class's). A claim's sharing config replaces the
+// class's, except that the class's compute share stays the default.
+func (configHandler) Effective(configs []any) (any, error) {
 	merged := &configv1alpha1.GpuConfig{}
-	for _, raw := range raws {
-		cfg, err := configv1alpha1.DecodeGpuConfig(raw)
-		if err != nil {
-			return nil, fmt.Errorf("opaque config for %s: %w", DriverName, err)
-		}
+	for _, c := range configs {
+		cfg := c.(*configv1alpha1.GpuConfig)
 		if cfg.Sharing != nil {
 			share := cfg.Sharing.ComputeShare
 			if share == "" && merged.Sharing != nil {
 				share = merged.Sharing.ComputeShare
 			}
-			merged.Sharing = cfg.Sharing // freshly decoded, not shared
+			merged.Sharing = cfg.Sharing.DeepCopy()
 			merged.Sharing.ComputeShare = share
 		}
 	}
 	return merged, nil
+}
+
+// gpuConfig is a device's effective config (the defaults when the core
+// handed none).
+func gpuConfig(a plugin.AllocatedDevice) *configv1alpha1.GpuConfig {
+	if cfg, ok := a.Config.(*configv1alpha1.GpuConfig); ok && cfg != nil {
+		return cfg
+	}
+	return &configv1alpha1.GpuConfig{}
 }
 
 // sharedLimits works out a shared device's strategy and limits from what

@@ -16,8 +16,28 @@ import (
 	"github.com/strata-sh/strata/hardware/nvmlmock"
 )
 
-func gpuConfig(sharing string) json.RawMessage {
+func sharingConfig(sharing string) json.RawMessage {
 	return json.RawMessage(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":` + sharing + `}`)
+}
+
+// effective is what the plugin core hands a device for these configs,
+// lowest precedence first.
+func effective(t *testing.T, raws ...json.RawMessage) any {
+	t.Helper()
+	h := configHandler{}
+	var decoded []any
+	for _, raw := range raws {
+		v, err := h.Decode(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded = append(decoded, v)
+	}
+	cfg, err := h.Effective(decoded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 func claimRequest(uid string, devices ...plugin.AllocatedDevice) *plugin.PrepareRequest {
@@ -35,8 +55,8 @@ func TestMixedStrategiesInOneClaim(t *testing.T) {
 	ctx, b, srv := discovered(t, hardware.DGXH100())
 	slicesSet := b.cfg.TimeSlice.(*nvmlmock.TimeSlices)
 	req := claimRequest("mixed",
-		plugin.AllocatedDevice{Request: "ts-gpu", Device: "gpu-0", Configs: []json.RawMessage{gpuConfig(`{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}`)}},
-		plugin.AllocatedDevice{Request: "mps-gpu", Device: "gpu-1", Configs: []json.RawMessage{gpuConfig(`{"strategy":"MPS","mps":{"activeThreadPercentage":50,"pinnedMemoryLimit":"10Gi"}}`)}},
+		plugin.AllocatedDevice{Request: "ts-gpu", Device: "gpu-0", Config: effective(t, sharingConfig(`{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}`))},
+		plugin.AllocatedDevice{Request: "mps-gpu", Device: "gpu-1", Config: effective(t, sharingConfig(`{"strategy":"MPS","mps":{"activeThreadPercentage":50,"pinnedMemoryLimit":"10Gi"}}`))},
 	)
 	if err := b.Validate(ctx, req); err != nil {
 		t.Fatal(err)
@@ -67,10 +87,10 @@ func TestMixedStrategiesInOneClaim(t *testing.T) {
 		t.Errorf("MPS daemons %v still running", got)
 	}
 	// Two MPS GPUs in one claim are refused before anything is touched.
-	mps := gpuConfig(`{"strategy":"MPS"}`)
+	mps := sharingConfig(`{"strategy":"MPS"}`)
 	two := claimRequest("two-mps",
-		plugin.AllocatedDevice{Request: "a", Device: "gpu-2", Configs: []json.RawMessage{mps}},
-		plugin.AllocatedDevice{Request: "b", Device: "gpu-3", Configs: []json.RawMessage{mps}})
+		plugin.AllocatedDevice{Request: "a", Device: "gpu-2", Config: effective(t, mps)},
+		plugin.AllocatedDevice{Request: "b", Device: "gpu-3", Config: effective(t, mps)})
 	if err := b.Validate(ctx, two); err == nil || !strings.Contains(err.Error(), "one MPS GPU") {
 		t.Errorf("two MPS GPUs in one claim: %v", err)
 	}
@@ -85,7 +105,7 @@ func TestTimeSliceIsPerGPU(t *testing.T) {
 	ts := func(uid, interval string) *plugin.PrepareRequest {
 		return claimRequest(uid, plugin.AllocatedDevice{Request: "r", Device: "gpu-2",
 			ConsumedCapacity: map[resourceapi.QualifiedName]string{"memory": "10Gi"},
-			Configs:          []json.RawMessage{gpuConfig(`{"strategy":"TimeSlicing","timeSlicing":{"interval":"` + interval + `"}}`)}})
+			Config:           effective(t, sharingConfig(`{"strategy":"TimeSlicing","timeSlicing":{"interval":"`+interval+`"}}`))})
 	}
 	if _, err := b.Prepare(ctx, ts("a", "Short")); err != nil {
 		t.Fatal(err)
@@ -111,18 +131,18 @@ func TestMemoryOnlyClaimsShareCompute(t *testing.T) {
 	ctx, b, _ := discovered(t, hardware.DGXH100())
 	memoryOnly := func(uid string, configs ...json.RawMessage) []string {
 		resp, err := b.Prepare(ctx, claimRequest(uid, plugin.AllocatedDevice{Request: "r", Device: "gpu-3",
-			ConsumedCapacity: map[resourceapi.QualifiedName]string{"cores": "0", "memory": "20Gi"}, Configs: configs}))
+			ConsumedCapacity: map[resourceapi.QualifiedName]string{"cores": "0", "memory": "20Gi"}, Config: effective(t, configs...)}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return resp.Devices[0].Edits.Env
 	}
-	hami := gpuConfig(`{"strategy":"HAMiCore"}`)
+	hami := sharingConfig(`{"strategy":"HAMiCore"}`)
 	if env := memoryOnly("a", hami); !slices.Contains(env, "CUDA_DEVICE_SM_LIMIT=25") || !slices.Contains(env, "CUDA_DEVICE_MEMORY_LIMIT=20480m") {
 		t.Errorf("proportional share env %v, want 25%% of the SMs for 20Gi of 80Gi", env)
 	}
-	class := gpuConfig(`{"strategy":"HAMiCore","computeShare":"Unlimited"}`)
-	claim := gpuConfig(`{"strategy":"HAMiCore","hamiCore":{"memoryLimit":"16Gi"}}`)
+	class := sharingConfig(`{"strategy":"HAMiCore","computeShare":"Unlimited"}`)
+	claim := sharingConfig(`{"strategy":"HAMiCore","hamiCore":{"memoryLimit":"16Gi"}}`)
 	if env := memoryOnly("b", class, claim); !slices.Contains(env, "CUDA_DEVICE_SM_LIMIT=100") || !slices.Contains(env, "CUDA_DEVICE_MEMORY_LIMIT=16384m") {
 		t.Errorf("class compute share under a claim config: env %v, want no SM limit and the claim's memory limit", env)
 	}

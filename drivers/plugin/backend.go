@@ -70,9 +70,10 @@ type AllocatedDevice struct {
 	ShareID *types.UID
 	// ConsumedCapacity is what the claim consumes of a shared device.
 	ConsumedCapacity map[resourceapi.QualifiedName]string
-	// Configs are the opaque parameters for this driver that apply to the
-	// device, lowest precedence first (class configs, then claim configs).
-	Configs []json.RawMessage
+	// Config is the device's effective opaque configuration, as the
+	// backend's ConfigHandler made it from the configs that apply (nil for
+	// a backend that is not Configurable).
+	Config any
 }
 
 // PrepareRequest is one claim to prepare.

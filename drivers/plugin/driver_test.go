@@ -320,28 +320,83 @@ func TestRebootDropsPreparedState(t *testing.T) {
 	}
 }
 
-func TestConfigsFor(t *testing.T) {
+// listHandler decodes JSON strings and makes a device's configuration the
+// list of those that apply, in the order Effective gets them.
+type listHandler struct{ decodes int }
+
+func (h *listHandler) Decode(raw []byte) (any, error) {
+	h.decodes++
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil || s == "bad" {
+		return nil, fmt.Errorf("field mode: bad value %s", raw)
+	}
+	return s, nil
+}
+
+func (h *listHandler) Effective(configs []any) (any, error) {
+	out := []string{}
+	for _, c := range configs {
+		out = append(out, c.(string))
+	}
+	return out, nil
+}
+
+type configurableBackend struct {
+	fakeBackend
+	handler *listHandler
+}
+
+func (b *configurableBackend) ConfigHandler() ConfigHandler { return b.handler }
+
+func TestDeviceConfigs(t *testing.T) {
 	raw := func(s string) runtime.RawExtension { return runtime.RawExtension{Raw: []byte(s)} }
+	opaque := func(source resourceapi.AllocationConfigSource, driver, params string, requests ...string) resourceapi.DeviceAllocationConfiguration {
+		return resourceapi.DeviceAllocationConfiguration{Source: source, Requests: requests, DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: driver, Parameters: raw(params)}}}
+	}
 	configs := []resourceapi.DeviceAllocationConfiguration{
-		{Source: resourceapi.AllocationConfigSourceClaim, Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: testDriver, Parameters: raw(`"claim-gpu"`)}}},
-		{Source: resourceapi.AllocationConfigSourceClass, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: testDriver, Parameters: raw(`"class"`)}}},
-		{Source: resourceapi.AllocationConfigSourceClaim, Requests: []string{"nic"}, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: testDriver, Parameters: raw(`"claim-nic"`)}}},
-		{Source: resourceapi.AllocationConfigSourceClaim, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "other.example.com", Parameters: raw(`"other"`)}}},
+		opaque(resourceapi.AllocationConfigSourceClaim, testDriver, `"claim-gpu"`, "gpu"),
+		opaque(resourceapi.AllocationConfigSourceClass, testDriver, `"class"`),
+		opaque(resourceapi.AllocationConfigSourceClaim, testDriver, `"claim-nic"`, "nic"),
+		opaque(resourceapi.AllocationConfigSourceClaim, "other.example.com", `"bad"`),
+	}
+	h := &listHandler{}
+	dc, err := newDeviceConfigs(&configurableBackend{handler: h}, testDriver, configs)
+	if err != nil {
+		t.Fatal(err)
 	}
 	tests := map[string][]string{
-		"gpu":       {`"class"`, `"claim-gpu"`},
-		"gpu/small": {`"class"`, `"claim-gpu"`},
-		"nic":       {`"class"`, `"claim-nic"`},
-		"gpux":      {`"class"`},
+		"gpu":       {"class", "claim-gpu"},
+		"gpu/small": {"class", "claim-gpu"},
+		"nic":       {"class", "claim-nic"},
+		"gpux":      {"class"},
 	}
 	for request, want := range tests {
-		var got []string
-		for _, c := range configsFor(configs, testDriver, request) {
-			got = append(got, string(c))
+		got, err := dc.forRequest(request)
+		if err != nil {
+			t.Fatal(err)
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("configs for %q (-want +got):\n%s", request, diff)
+			t.Errorf("config of %q (-want +got):\n%s", request, diff)
 		}
+	}
+	// Each of the driver's configs is decoded once per claim, however
+	// many devices it applies to; another driver's is not decoded.
+	if h.decodes != 3 {
+		t.Errorf("%d decodes, want 3", h.decodes)
+	}
+
+	// A config that does not decode fails the claim, naming which.
+	bad := append(slices.Clone(configs), opaque(resourceapi.AllocationConfigSourceClass, testDriver, `"bad"`))
+	if _, err := newDeviceConfigs(&configurableBackend{handler: &listHandler{}}, testDriver, bad); err == nil || !strings.Contains(err.Error(), "DeviceClass config 4") || !strings.Contains(err.Error(), "field mode") {
+		t.Errorf("bad config: %v, want an error naming DeviceClass config 4 and the field", err)
+	}
+	// A backend without a handler takes no configs.
+	if _, err := newDeviceConfigs(&fakeBackend{}, testDriver, configs); err == nil || !strings.Contains(err.Error(), "takes no opaque configuration") {
+		t.Errorf("config for a backend without a handler: %v", err)
+	}
+	if _, err := newDeviceConfigs(&fakeBackend{}, testDriver, configs[3:]); err != nil {
+		t.Errorf("another driver's config refused: %v", err)
 	}
 }
 

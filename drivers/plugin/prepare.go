@@ -2,10 +2,8 @@ package plugin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -195,6 +193,10 @@ func (d *Driver) allocatedDevices(claim *resourceapi.ResourceClaim) ([]Allocated
 		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
 	}
 	alloc := claim.Status.Allocation.Devices
+	configs, err := newDeviceConfigs(d.cfg.Backend, d.cfg.DriverName, alloc.Config)
+	if err != nil {
+		return nil, err
+	}
 	var out []AllocatedDevice
 	for _, r := range alloc.Results {
 		if r.Driver != d.cfg.DriverName {
@@ -207,35 +209,15 @@ func (d *Driver) allocatedDevices(claim *resourceapi.ResourceClaim) ([]Allocated
 				a.ConsumedCapacity[name] = q.String()
 			}
 		}
-		a.Configs = configsFor(alloc.Config, d.cfg.DriverName, r.Request)
+		if a.Config, err = configs.forRequest(r.Request); err != nil {
+			return nil, err
+		}
 		out = append(out, a)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("claim %s/%s has no device of driver %s", claim.Namespace, claim.Name, d.cfg.DriverName)
 	}
 	return out, nil
-}
-
-// configsFor picks the opaque configs of driver that apply to a request, in
-// precedence order: class configs before claim configs, each in listed
-// order. A config without requests applies to all; a config naming a parent
-// request applies to its subrequests.
-func configsFor(configs []resourceapi.DeviceAllocationConfiguration, driver, request string) []json.RawMessage {
-	var class, claim []json.RawMessage
-	for _, c := range configs {
-		if c.Opaque == nil || c.Opaque.Driver != driver {
-			continue
-		}
-		if len(c.Requests) > 0 && !slices.ContainsFunc(c.Requests, func(r string) bool { return requestMatches(r, request) }) {
-			continue
-		}
-		if c.Source == resourceapi.AllocationConfigSourceClass {
-			class = append(class, c.Opaque.Parameters.Raw)
-		} else {
-			claim = append(claim, c.Opaque.Parameters.Raw)
-		}
-	}
-	return append(class, claim...)
 }
 
 // requestMatches reports whether a config's request name covers an

@@ -192,8 +192,33 @@ func request(devices ...plugin.AllocatedDevice) *plugin.PrepareRequest {
 	}
 }
 
+// alloc is a device with the configuration the plugin core makes of
+// configs (lowest precedence first); they must decode.
 func alloc(device string, configs ...json.RawMessage) plugin.AllocatedDevice {
-	return plugin.AllocatedDevice{Request: "nic", Pool: "node-a", Device: device, Configs: configs}
+	a, err := allocWith(device, configs...)
+	if err != nil {
+		panic(fmt.Sprintf("test config does not decode: %v", err))
+	}
+	return a
+}
+
+// allocWith is alloc for configs that may not decode: the error is the
+// one the plugin core refuses the claim with.
+func allocWith(device string, configs ...json.RawMessage) (plugin.AllocatedDevice, error) {
+	h := (*rdma.Backend)(nil).ConfigHandler()
+	var decoded []any
+	for _, raw := range configs {
+		v, err := h.Decode(raw)
+		if err != nil {
+			return plugin.AllocatedDevice{}, err
+		}
+		decoded = append(decoded, v)
+	}
+	cfg, err := h.Effective(decoded)
+	if err != nil {
+		return plugin.AllocatedDevice{}, err
+	}
+	return plugin.AllocatedDevice{Request: "nic", Pool: "node-a", Device: device, Config: cfg}, nil
 }
 
 var claimRef = plugin.ClaimRef{Namespace: "ns", Name: "claim", UID: "uid-1"}

@@ -40,26 +40,42 @@ func (b *Backend) Validate(_ context.Context, req *plugin.PrepareRequest) error 
 	return errors.Join(errs...)
 }
 
-// resolve finds a device's port and the VF settings its configs ask for
+// configHandler decodes NicConfigs for the plugin core.
+type configHandler struct{}
+
+// ConfigHandler implements plugin.Configurable.
+func (b *Backend) ConfigHandler() plugin.ConfigHandler { return configHandler{} }
+
+// Decode implements plugin.ConfigHandler.
+func (configHandler) Decode(raw []byte) (any, error) {
+	return configv1alpha1.DecodeNicConfig(raw)
+}
+
+// Effective implements plugin.ConfigHandler: the VF settings of later
+// configs (the claim's) over earlier ones (the class's), field by field.
+// What depends on the port is checked at Validate.
+func (configHandler) Effective(configs []any) (any, error) {
+	out := &configv1alpha1.NicConfig{}
+	for _, c := range configs {
+		if vf := c.(*configv1alpha1.NicConfig).VF; vf != nil {
+			out.VF = mergeVF(out.VF, vf)
+		}
+	}
+	return out, nil
+}
+
+// resolve finds a device's port and the VF settings its config asks for
 // (nil for none), checked against the port.
 func (b *Backend) resolve(a plugin.AllocatedDevice) (*port, *configv1alpha1.VFConfig, error) {
 	p, err := b.port(a.Device)
 	if err != nil {
 		return nil, nil, err
 	}
-	var vf *configv1alpha1.VFConfig
-	for _, raw := range a.Configs {
-		cfg, err := configv1alpha1.DecodeNicConfig(raw)
-		if err != nil {
-			return nil, nil, fmt.Errorf("request %s: %w", a.Request, err)
-		}
-		if cfg.VF != nil {
-			vf = mergeVF(vf, cfg.VF)
-		}
-	}
-	if vf == nil {
+	cfg, _ := a.Config.(*configv1alpha1.NicConfig)
+	if cfg == nil || cfg.VF == nil {
 		return p, nil, nil
 	}
+	vf := cfg.VF
 	if errs := checkVF(p, vf); len(errs) > 0 {
 		return nil, nil, fmt.Errorf("request %s, device %s: %w", a.Request, p.name, errs.ToAggregate())
 	}

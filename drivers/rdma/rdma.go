@@ -79,6 +79,7 @@ var (
 	_ plugin.Backend       = (*Backend)(nil)
 	_ plugin.Validator     = (*Backend)(nil)
 	_ plugin.HealthWatcher = (*Backend)(nil)
+	_ plugin.Configurable  = (*Backend)(nil)
 )
 
 // New checks the configuration; devices are read by Discover.
