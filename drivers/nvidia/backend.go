@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/strata-sh/strata/drivers/accelerator"
 	"github.com/strata-sh/strata/drivers/pci"
 	"github.com/strata-sh/strata/drivers/plugin"
 )
@@ -32,8 +33,8 @@ import (
 const DriverName = "nvidia.strata.sh"
 
 // AcceleratorDomain is the vendor-neutral attribute domain that every
-// Strata accelerator driver publishes.
-const AcceleratorDomain = "accelerator.strata.sh"
+// Strata accelerator driver publishes (package accelerator).
+const AcceleratorDomain = accelerator.Domain
 
 // Defaults of Config.
 const (

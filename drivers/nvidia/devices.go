@@ -9,6 +9,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
+
+	"github.com/strata-sh/strata/drivers/accelerator"
 )
 
 // deviceKind is what a published device stands for.
@@ -234,9 +236,11 @@ func buildDevices(gpus []*gpu, views map[string]gpuView, taints map[string][]res
 // when asked for (default 0 cores): a claim that asks only for memory
 // shares compute, limited at run time as its opaque config says.
 func gpuDevice(g *gpu, base map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, taints []resourceapi.DeviceTaint) resourceapi.Device {
+	attrs := maps.Clone(base)
+	g.accel(true, int64(g.memoryBytes)).AddAttributes(attrs)
 	return resourceapi.Device{
 		Name:                     g.name,
-		Attributes:               withAttrs(base, kindGPU, true, g.partitionAttributes()),
+		Attributes:               attrs,
 		AllowMultipleAllocations: ptr.To(true),
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			"cores": {
@@ -254,9 +258,6 @@ func gpuDevice(g *gpu, base map[resourceapi.QualifiedName]resourceapi.DeviceAttr
 
 // migDevice is one MIG placement (or existing instance) of a GPU.
 func migDevice(g *gpu, p *migProfile, pl nvml.GpuInstancePlacement, taints []resourceapi.DeviceTaint) resourceapi.Device {
-	q := func(name string) resourceapi.QualifiedName {
-		return resourceapi.QualifiedName(AcceleratorDomain + "/" + name)
-	}
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		"type":           {StringValue: ptr.To(string(kindMIG))},
 		"profile":        {StringValue: ptr.To(p.name)},
@@ -264,17 +265,8 @@ func migDevice(g *gpu, p *migProfile, pl nvml.GpuInstancePlacement, taints []res
 		"parentUUID":     {StringValue: ptr.To(g.uuid)},
 		"placementStart": {IntValue: ptr.To(int64(pl.Start))},
 		"placementSize":  {IntValue: ptr.To(int64(pl.Size))},
-		q("type"):        {StringValue: ptr.To("gpu")},
-		q("vendor"):      {StringValue: ptr.To("nvidia")},
-		q("model"):       {StringValue: ptr.To(g.family)},
-		q("whole"):       {BoolValue: ptr.To(false)},
-		q("numaNode"):    {IntValue: ptr.To(int64(g.topology.NUMANode))},
 	}
-	// The parent's topology, except its bus id: a MIG device is not a
-	// PCI function.
-	topo := g.topology
-	topo.BusID = ""
-	topo.AddAttributes(attrs)
+	g.accel(false, int64(p.info.MemorySizeMB)<<20).AddAttributes(attrs)
 	return resourceapi.Device{
 		Name:       migDeviceName(g, p, pl),
 		Attributes: attrs,
@@ -302,10 +294,8 @@ func baseAttributes(g *gpu) (map[resourceapi.QualifiedName]resourceapi.DeviceAtt
 	if err != nil {
 		return nil, err
 	}
-	q := func(name string) resourceapi.QualifiedName {
-		return resourceapi.QualifiedName(AcceleratorDomain + "/" + name)
-	}
-	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+	return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		"type":                  {StringValue: ptr.To(string(kindGPU))},
 		"uuid":                  {StringValue: ptr.To(g.uuid)},
 		"productName":           {StringValue: ptr.To(g.productName)},
 		"architecture":          {StringValue: ptr.To(g.architecture)},
@@ -314,46 +304,20 @@ func baseAttributes(g *gpu) (map[resourceapi.QualifiedName]resourceapi.DeviceAtt
 		"cudaComputeCapability": {VersionValue: ptr.To(cc)},
 		"driverVersion":         {VersionValue: ptr.To(drv)},
 		"cudaDriverVersion":     {VersionValue: ptr.To(cuda)},
-		q("type"):               {StringValue: ptr.To("gpu")},
-		q("vendor"):             {StringValue: ptr.To("nvidia")},
-		q("model"):              {StringValue: ptr.To(g.family)},
-		q("numaNode"):           {IntValue: ptr.To(int64(g.topology.NUMANode))},
-	}
-	// The shared topology vocabulary (standard pcieRoot, pciBusID and
-	// numaNode, and topology.strata.sh/pcieSwitch) that the RDMA driver
-	// publishes too, plus the accelerator-domain switch name of earlier
-	// releases.
-	g.topology.AddAttributes(attrs)
-	if g.topology.Switch != "" {
-		attrs[q("pcieSwitch")] = resourceapi.DeviceAttribute{StringValue: ptr.To(g.topology.Switch)}
-	}
-	return attrs, nil
+	}, nil
 }
 
-// withAttrs copies base and adds the kind, whether the device is a whole
-// accelerator, and extra attributes.
-func withAttrs(base map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, kind deviceKind, whole bool, extra map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-	out := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(base)+len(extra)+2)
-	for k, v := range base {
-		out[k] = v
+// accel is the vendor-neutral description of a GPU or of a partition of
+// it (whole false).
+func (g *gpu) accel(whole bool, memoryBytes int64) accelerator.Device {
+	d := accelerator.Device{
+		Type: accelerator.GPU, Vendor: "nvidia", Model: g.family, Whole: whole, MemoryBytes: memoryBytes,
+		Topology: g.topology, OwnPCIFunction: whole,
 	}
-	for k, v := range extra {
-		out[k] = v
+	if whole {
+		d.Partitions = g.partitions
 	}
-	out["type"] = resourceapi.DeviceAttribute{StringValue: ptr.To(string(kind))}
-	out[AcceleratorDomain+"/whole"] = resourceapi.DeviceAttribute{BoolValue: ptr.To(whole)}
-	return out
-}
-
-// partitionAttributes publish, for each NVLink partition size the GPU is
-// part of, the partition's id as accelerator.strata.sh/partition<size>, so
-// that a claim for N GPUs can require one partition with matchAttribute.
-func (g *gpu) partitionAttributes() map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-	out := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
-	for size, id := range g.partitions {
-		out[resourceapi.QualifiedName(fmt.Sprintf("%s/partition%d", AcceleratorDomain, size))] = resourceapi.DeviceAttribute{StringValue: ptr.To(id)}
-	}
-	return out
+	return d
 }
 
 func bytes(v uint64) resource.Quantity { return *resource.NewQuantity(int64(v), resource.BinarySI) }
