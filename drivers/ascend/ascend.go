@@ -1,0 +1,149 @@
+// Package ascend is the Huawei Ascend NPU backend of Strata's kubelet
+// plugin (driver ascend.strata.sh). It publishes every NPU chip as a
+// whole device and, for each virtualization template the chip offers
+// (read from npu-smi at run time, never from a table), as many vNPU
+// devices as the chip could hold of it. The whole chip and its vNPUs draw
+// on one counter set per chip (AI cores, AI CPUs, memory), so whole and
+// virtual use exclude each other and vNPUs never overcommit the chip.
+// vNPUs are created with npu-smi when a claim is prepared and destroyed
+// when it is unprepared; at start-up the plugin destroys the vNPUs its
+// checkpoint says it made and no claim holds, and leaves every other one
+// alone.
+package ascend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/strata-sh/strata/drivers/pci"
+	"github.com/strata-sh/strata/drivers/plugin"
+)
+
+// DriverName is the DRA driver name of this backend.
+const DriverName = "ascend.strata.sh"
+
+// Chip is one NPU chip as npu-smi reports it.
+type Chip struct {
+	// Card and ChipID address the chip in npu-smi (-i, -c).
+	Card, ChipID int
+	// LogicID is the runtime's device id; PhyID the number of its device
+	// node, /dev/davinci<PhyID>.
+	LogicID, PhyID int
+	// Name is the chip name, e.g. 910B3 or 910A.
+	Name     string
+	BusID    string
+	MemoryMB int64
+	AICores  int
+}
+
+// Template is a vNPU template of a chip.
+type Template struct {
+	Name     string
+	AICores  int
+	AICPU    int
+	MemoryMB int64
+}
+
+// VNPU is a virtual NPU on a chip; its device node is /dev/vdavinci<ID>.
+type VNPU struct {
+	ID       int
+	Template string
+}
+
+// Tool is what the backend needs of npu-smi.
+type Tool interface {
+	Chips(ctx context.Context) ([]Chip, error)
+	Templates(ctx context.Context, card, chip int) ([]Template, error)
+	VNPUs(ctx context.Context, card, chip int) ([]VNPU, error)
+	// CreateVNPU makes a vNPU of a template with the given id.
+	CreateVNPU(ctx context.Context, card, chip int, template string, id int) (VNPU, error)
+	DestroyVNPU(ctx context.Context, card, chip, id int) error
+}
+
+// Config wires the backend to the host.
+type Config struct {
+	Tool Tool
+	// SysfsRoot is where sysfs is mounted ("" means /sys): PCI topology.
+	SysfsRoot string
+	// ProcRoot is where procfs is mounted ("" means /proc): device majors.
+	ProcRoot string
+	// DevRoot is prefixed to device node paths on the host ("" means /).
+	DevRoot string
+	// StateDir holds the ledger of vNPUs the plugin made (normally the
+	// plugin data directory, shared by the instances of a rolling update).
+	StateDir string
+}
+
+// npu is a discovered chip with what the backend derived from it.
+type npu struct {
+	Chip
+	family    string
+	templates []Template
+	topology  pci.Topology
+	// groups maps a group size to the id of the chip's HCCS group of
+	// that size.
+	groups map[int]string
+}
+
+// Backend implements plugin.Backend for Ascend NPUs.
+type Backend struct {
+	cfg  Config
+	topo *pci.Reader
+
+	mu    sync.Mutex
+	npus  []*npu
+	byPhy map[int]*npu
+	devs  map[string]*device
+	major majors
+}
+
+var (
+	_ plugin.Backend    = (*Backend)(nil)
+	_ plugin.Validator  = (*Backend)(nil)
+	_ plugin.Reconciler = (*Backend)(nil)
+)
+
+// New reads the node's chips and their templates.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	if cfg.Tool == nil {
+		return nil, errors.New("npu-smi is required")
+	}
+	if cfg.SysfsRoot == "" {
+		cfg.SysfsRoot = pci.DefaultSysfsRoot
+	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	if cfg.DevRoot == "" {
+		cfg.DevRoot = "/"
+	}
+	if cfg.StateDir == "" {
+		return nil, errors.New("a state directory is required")
+	}
+	b := &Backend{cfg: cfg, topo: pci.NewReader(cfg.SysfsRoot), byPhy: map[int]*npu{}}
+	var err error
+	if b.major, err = readMajors(cfg.ProcRoot); err != nil {
+		return nil, err
+	}
+	chips, err := cfg.Tool.Chips(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("npu-smi: %w", err)
+	}
+	for _, c := range chips {
+		n := &npu{Chip: c, family: family(c.Name), topology: pci.Topology{NUMANode: -1}}
+		if c.BusID != "" {
+			if n.topology, err = b.topo.Lookup(c.BusID); err != nil {
+				return nil, fmt.Errorf("NPU %d: PCI topology: %w", c.PhyID, err)
+			}
+		}
+		if n.templates, err = cfg.Tool.Templates(ctx, c.Card, c.ChipID); err != nil {
+			return nil, fmt.Errorf("NPU %d: vNPU templates: %w", c.PhyID, err)
+		}
+		b.npus = append(b.npus, n)
+		b.byPhy[c.PhyID] = n
+	}
+	assignHCCSGroups(b.npus)
+	return b, nil
+}

@@ -1,0 +1,313 @@
+package ascend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/strata-sh/strata/drivers/plugin"
+)
+
+// vNPU ids of a chip: npu-smi takes ids from phyID*16+100 to
+// phyID*16+115.
+const (
+	vnpuIDBase    = 100
+	vnpuIDsPerNPU = 16
+)
+
+// ledgerFile records every vNPU the plugin made, by claim and device,
+// before npu-smi makes it: a vNPU is the plugin's only if it is here, and
+// one made by a prepare that never completed is found here and destroyed.
+const ledgerFile = "vnpus.json"
+
+// vnpu is a ledger entry and a prepared device's state.
+type vnpu struct {
+	Claim  types.UID `json:"claim"`
+	Device string    `json:"device"`
+	Card   int       `json:"card"`
+	Chip   int       `json:"chip"`
+	ID     int       `json:"id"`
+}
+
+func (b *Backend) ledgerPath() string { return filepath.Join(b.cfg.StateDir, ledgerFile) }
+
+func (b *Backend) readLedger() ([]vnpu, error) {
+	raw, err := os.ReadFile(b.ledgerPath())
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []vnpu
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, fmt.Errorf("%s: %w", b.ledgerPath(), err)
+	}
+	return out, nil
+}
+
+// writeLedger replaces the ledger atomically.
+func (b *Backend) writeLedger(entries []vnpu) error {
+	raw, err := json.Marshal(entries)
+	if err != nil {
+		return err
+	}
+	tmp := b.ledgerPath() + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(raw); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, b.ledgerPath())
+}
+
+// foreignVNPUsLocked returns the templates of the chip's vNPUs that are
+// not in the ledger: an operator's, which hold their share of the chip.
+func (b *Backend) foreignVNPUsLocked(ctx context.Context, n *npu) ([]Template, error) {
+	vnpus, err := b.cfg.Tool.VNPUs(ctx, n.Card, n.ChipID)
+	if err != nil {
+		return nil, fmt.Errorf("NPU %d: list vNPUs: %w", n.PhyID, err)
+	}
+	ledger, err := b.readLedger()
+	if err != nil {
+		return nil, err
+	}
+	var out []Template
+	for _, v := range vnpus {
+		if slicesContainsID(ledger, n, v.ID) {
+			continue
+		}
+		for _, t := range n.templates {
+			if t.Name == v.Template {
+				out = append(out, t)
+			}
+		}
+	}
+	return out, nil
+}
+
+func slicesContainsID(ledger []vnpu, n *npu, id int) bool {
+	for _, e := range ledger {
+		if e.Card == n.Card && e.Chip == n.ChipID && e.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate checks the devices belong to this node.
+func (b *Backend) Validate(_ context.Context, req *plugin.PrepareRequest) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var errs []error
+	for _, a := range req.Devices {
+		if _, ok := b.devs[a.Device]; !ok {
+			errs = append(errs, fmt.Errorf("device %s is not an NPU of this node", a.Device))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Prepare creates the claim's vNPUs and returns the CDI edits: device
+// nodes, and ASCEND_VISIBLE_DEVICES with the claim's chips or vNPUs (and
+// ASCEND_RUNTIME_OPTIONS=VIRTUAL for vNPUs). On error, vNPUs it made are
+// destroyed.
+func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plugin.PrepareResponse, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	claim := plugin.ClaimRef{}
+	if req.Claim != nil {
+		claim = plugin.ClaimRef{Namespace: req.Claim.Namespace, Name: req.Claim.Name, UID: req.Claim.UID}
+	}
+	resp := &plugin.PrepareResponse{}
+	var visible []string
+	virtual := false
+	for _, a := range req.Devices {
+		d, ok := b.devs[a.Device]
+		if !ok {
+			err := fmt.Errorf("device %s is not an NPU of this node", a.Device)
+			return nil, errors.Join(err, b.unprepareLocked(ctx, claim, resp.Devices))
+		}
+		out := plugin.PreparedDevice{Request: a.Request, Pool: a.Pool, Device: a.Device, ShareID: a.ShareID}
+		switch d.kind {
+		case kindNPU:
+			out.Edits.DeviceNodes = []*cdispec.DeviceNode{b.node(fmt.Sprintf("davinci%d", d.npu.PhyID), b.major.davinci, int64(d.npu.PhyID))}
+			visible = append(visible, strconv.Itoa(d.npu.PhyID))
+		case kindVNPU:
+			v, err := b.createLocked(ctx, claim, d)
+			if err != nil {
+				return nil, errors.Join(err, b.unprepareLocked(ctx, claim, resp.Devices))
+			}
+			out.State, _ = json.Marshal(v)
+			out.Edits.DeviceNodes = []*cdispec.DeviceNode{b.node(fmt.Sprintf("vdavinci%d", v.ID), b.major.vdavinci, int64(v.ID))}
+			visible = append(visible, strconv.Itoa(v.ID))
+			virtual = true
+		}
+		resp.Devices = append(resp.Devices, out)
+	}
+	resp.Common.DeviceNodes = []*cdispec.DeviceNode{
+		b.node("davinci_manager", b.major.manager, 0),
+		b.node("devmm_svm", b.major.svm, 0),
+		b.node("hisi_hdc", b.major.hdc, 0),
+	}
+	sort.Slice(visible, func(i, j int) bool { return atoi(visible[i]) < atoi(visible[j]) })
+	resp.Common.Env = []string{"ASCEND_VISIBLE_DEVICES=" + strings.Join(visible, ",")}
+	if virtual {
+		resp.Common.Env = append(resp.Common.Env, "ASCEND_RUNTIME_OPTIONS=VIRTUAL")
+	}
+	return resp, nil
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+// createLocked makes a vNPU for a device of a claim: the lowest free id
+// of the chip's range, recorded in the ledger before npu-smi makes it.
+func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, d *device) (vnpu, error) {
+	n := d.npu
+	existing, err := b.cfg.Tool.VNPUs(ctx, n.Card, n.ChipID)
+	if err != nil {
+		return vnpu{}, fmt.Errorf("NPU %d: list vNPUs: %w", n.PhyID, err)
+	}
+	ledger, err := b.readLedger()
+	if err != nil {
+		return vnpu{}, err
+	}
+	used := map[int]bool{}
+	for _, v := range existing {
+		used[v.ID] = true
+	}
+	for _, e := range ledger {
+		if e.Card == n.Card && e.Chip == n.ChipID {
+			used[e.ID] = true
+		}
+	}
+	id := -1
+	for k := 0; k < vnpuIDsPerNPU; k++ {
+		if c := vnpuIDBase + n.PhyID*vnpuIDsPerNPU + k; !used[c] {
+			id = c
+			break
+		}
+	}
+	if id < 0 {
+		return vnpu{}, fmt.Errorf("NPU %d: no free vNPU id", n.PhyID)
+	}
+	v := vnpu{Claim: claim.UID, Device: d.name, Card: n.Card, Chip: n.ChipID, ID: id}
+	if err := b.writeLedger(append(ledger, v)); err != nil {
+		return vnpu{}, fmt.Errorf("record vNPU: %w", err)
+	}
+	if _, err := b.cfg.Tool.CreateVNPU(ctx, n.Card, n.ChipID, d.template.Name, id); err != nil {
+		if lerr := b.writeLedger(ledger); lerr != nil {
+			err = errors.Join(err, lerr)
+		}
+		return vnpu{}, fmt.Errorf("NPU %d: create vNPU %s: %w", n.PhyID, d.template.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Created vNPU", "npu", n.PhyID, "template", d.template.Name, "id", id)
+	return v, nil
+}
+
+// Unprepare destroys the claim's vNPUs: those in the devices' state, and
+// any the ledger holds for the claim (a prepare interrupted between
+// making a vNPU and recording it in the checkpoint).
+func (b *Backend) Unprepare(ctx context.Context, claim plugin.ClaimRef, devices []plugin.PreparedDevice) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.unprepareLocked(ctx, claim, devices)
+}
+
+func (b *Backend) unprepareLocked(ctx context.Context, claim plugin.ClaimRef, _ []plugin.PreparedDevice) error {
+	ledger, err := b.readLedger()
+	if err != nil {
+		return err
+	}
+	var keep []vnpu
+	var errs []error
+	for _, e := range ledger {
+		if e.Claim != claim.UID {
+			keep = append(keep, e)
+			continue
+		}
+		if err := b.destroy(ctx, e); err != nil {
+			errs = append(errs, err)
+			keep = append(keep, e)
+		}
+	}
+	if err := b.writeLedger(keep); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// destroy removes a vNPU; one that is gone already is fine.
+func (b *Backend) destroy(ctx context.Context, e vnpu) error {
+	existing, err := b.cfg.Tool.VNPUs(ctx, e.Card, e.Chip)
+	if err != nil {
+		return fmt.Errorf("card %d chip %d: list vNPUs: %w", e.Card, e.Chip, err)
+	}
+	for _, v := range existing {
+		if v.ID == e.ID {
+			if err := b.cfg.Tool.DestroyVNPU(ctx, e.Card, e.Chip, e.ID); err != nil {
+				return fmt.Errorf("card %d chip %d: destroy vNPU %d: %w", e.Card, e.Chip, e.ID, err)
+			}
+			klog.FromContext(ctx).V(2).Info("Destroyed vNPU", "card", e.Card, "chip", e.Chip, "id", e.ID)
+			return nil
+		}
+	}
+	return nil
+}
+
+// Reconcile implements plugin.Reconciler: vNPUs of the ledger whose
+// claim is not prepared are destroyed (left by a crash mid-prepare, or
+// by a claim unprepared while the plugin was down).
+func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	live := map[types.UID]bool{}
+	for _, c := range prepared {
+		live[c.UID] = true
+	}
+	ledger, err := b.readLedger()
+	if err != nil {
+		return err
+	}
+	stale := map[types.UID]bool{}
+	for _, e := range ledger {
+		if !live[e.Claim] {
+			stale[e.Claim] = true
+		}
+	}
+	var errs []error
+	for uid := range stale {
+		errs = append(errs, b.unprepareLocked(ctx, plugin.ClaimRef{UID: uid}, nil))
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Backend) node(name string, major, minor int64) *cdispec.DeviceNode {
+	return &cdispec.DeviceNode{
+		Path:     "/dev/" + name,
+		HostPath: filepath.Join(b.cfg.DevRoot, "dev", name),
+		Type:     "c",
+		Major:    major,
+		Minor:    minor,
+	}
+}
