@@ -50,7 +50,9 @@ type Machine struct {
 	// Name is the preset name used in cluster files, e.g. nvidia-dgx-h100.
 	Name string
 	// GPUModel names the GPU configuration (see package nvmlmock).
-	GPUModel  string
+	GPUModel string
+	// NPUModel names the Ascend chip (see package npusmimock).
+	NPUModel  string
 	Functions []PCIFunction
 	// NVLinkPartitions are the GPU groups (by GPU index) that the NVSwitch
 	// fabric manager offers as partitions with full NVLink bandwidth.
@@ -80,6 +82,8 @@ func Machines() map[string]Machine {
 		DGXA100().Name:        DGXA100(),
 		HGXH200().Name:        HGXH200(),
 		HGXH100CPUNICs().Name: HGXH100CPUNICs(),
+		AtlasA2().Name:        AtlasA2(),
+		Atlas800().Name:       Atlas800(),
 	}
 }
 

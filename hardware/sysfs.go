@@ -71,6 +71,10 @@ func WriteMachine(root string, m Machine) error {
 	}
 	procDevices := fmt.Sprintf("Character devices:\n  1 mem\n  4 tty\n%3d nvidia-frontend\n%3d nvidia-caps\n%3d nvidia-uvm\n",
 		NvidiaMajor, NvidiaCapsMajor, NvidiaUVMMajor)
+	if len(m.NPUs()) > 0 {
+		procDevices += fmt.Sprintf("%3d devdrv-cdev\n%3d hisi_davinci_intf\n%3d devmm_svm\n%3d hisi_hdc\n",
+			AscendDavinciMajor, AscendManagerMajor, AscendSVMMajor, AscendHDCMajor)
+	}
 	if err := writeFile(filepath.Join(root, ProcDir, "devices"), procDevices); err != nil {
 		return err
 	}
@@ -103,8 +107,11 @@ func writeFunction(sys, busDir string, f PCIFunction) error {
 	}
 	dev := filepath.Join(append([]string{sys, "devices"}, f.Path...)...)
 	vendor := vendorNVIDIA
-	if f.Kind == KindNIC {
+	switch f.Kind {
+	case KindNIC:
 		vendor = vendorMellanox
+	case KindNPU:
+		vendor = vendorHuawei
 	}
 	if err := writeFile(filepath.Join(dev, "vendor"), vendor+"\n"); err != nil {
 		return err

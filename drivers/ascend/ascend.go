@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/pci"
 	"github.com/strata-sh/strata/drivers/plugin"
 )
@@ -24,43 +25,19 @@ import (
 // DriverName is the DRA driver name of this backend.
 const DriverName = "ascend.strata.sh"
 
-// Chip is one NPU chip as npu-smi reports it.
-type Chip struct {
-	// Card and ChipID address the chip in npu-smi (-i, -c).
-	Card, ChipID int
-	// LogicID is the runtime's device id; PhyID the number of its device
-	// node, /dev/davinci<PhyID>.
-	LogicID, PhyID int
-	// Name is the chip name, e.g. 910B3 or 910A.
-	Name     string
-	BusID    string
-	MemoryMB int64
-	AICores  int
-}
-
-// Template is a vNPU template of a chip.
-type Template struct {
-	Name     string
-	AICores  int
-	AICPU    int
-	MemoryMB int64
-}
-
-// VNPU is a virtual NPU on a chip; its device node is /dev/vdavinci<ID>.
-type VNPU struct {
-	ID       int
-	Template string
-}
-
-// Tool is what the backend needs of npu-smi.
+// Tool is what the backend needs of npu-smi; *npusmi.Client is the real
+// one.
 type Tool interface {
-	Chips(ctx context.Context) ([]Chip, error)
-	Templates(ctx context.Context, card, chip int) ([]Template, error)
-	VNPUs(ctx context.Context, card, chip int) ([]VNPU, error)
+	Chips(ctx context.Context) ([]npusmi.Chip, error)
+	Templates(ctx context.Context, card, chip int) ([]npusmi.Template, error)
+	// VNPUInfo is the chip's vNPU resources (free/total) and its vNPUs.
+	VNPUInfo(ctx context.Context, card, chip int) (npusmi.VNPUInfo, error)
 	// CreateVNPU makes a vNPU of a template with the given id.
-	CreateVNPU(ctx context.Context, card, chip int, template string, id int) (VNPU, error)
+	CreateVNPU(ctx context.Context, card, chip int, template string, id int) (npusmi.VNPU, error)
 	DestroyVNPU(ctx context.Context, card, chip, id int) error
 }
+
+var _ Tool = (*npusmi.Client)(nil)
 
 // Config wires the backend to the host.
 type Config struct {
@@ -78,14 +55,18 @@ type Config struct {
 
 // npu is a discovered chip with what the backend derived from it.
 type npu struct {
-	Chip
+	npusmi.Chip
 	family    string
-	templates []Template
+	templates []npusmi.Template
 	topology  pci.Topology
 	// groups maps a group size to the id of the chip's HCCS group of
 	// that size.
 	groups map[int]string
+	// usable is what vNPUs may use of the chip in all, by counter.
+	usable map[string]int64
 }
+
+func (n *npu) chipID() int { return n.Chip.Chip }
 
 // Backend implements plugin.Backend for Ascend NPUs.
 type Backend struct {
@@ -138,7 +119,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 				return nil, fmt.Errorf("NPU %d: PCI topology: %w", c.PhyID, err)
 			}
 		}
-		if n.templates, err = cfg.Tool.Templates(ctx, c.Card, c.ChipID); err != nil {
+		if n.templates, err = cfg.Tool.Templates(ctx, c.Card, c.Chip); err != nil {
 			return nil, fmt.Errorf("NPU %d: vNPU templates: %w", c.PhyID, err)
 		}
 		b.npus = append(b.npus, n)

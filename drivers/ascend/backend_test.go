@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -16,84 +15,37 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/hardware/npusmimock"
 )
 
-// fakeTool is npu-smi on eight 910B3 chips, refusing what the real tool
-// refuses: an unknown template, more than a chip holds, an id in use.
-type fakeTool struct {
-	chips     []Chip
-	templates []Template
-	vnpus     map[int][]VNPU // by card
-	failNext  bool
+// tool is npu-smi over the fake of an Atlas 800T A2 (eight 910B3).
+type tool struct {
+	*npusmi.Client
+	mock *npusmimock.NPUSMI
 }
 
-func newFakeTool() *fakeTool {
-	f := &fakeTool{vnpus: map[int][]VNPU{}, templates: []Template{
-		{Name: "vir05_1c_16g", AICores: 5, AICPU: 1, MemoryMB: 16384},
-		{Name: "vir10_3c_32g", AICores: 10, AICPU: 3, MemoryMB: 32768},
-	}}
-	for i := 0; i < 8; i++ {
-		f.chips = append(f.chips, Chip{Card: i, ChipID: 0, LogicID: i, PhyID: i, Name: "910B3", MemoryMB: 65536, AICores: 20})
+func newTool(t *testing.T) *tool {
+	t.Helper()
+	mock, err := npusmimock.New(npusmimock.Model910B3, 8)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return f
+	return &tool{Client: &npusmi.Client{Runner: mock}, mock: mock}
 }
 
-func (f *fakeTool) Chips(context.Context) ([]Chip, error) { return f.chips, nil }
-func (f *fakeTool) Templates(context.Context, int, int) ([]Template, error) {
-	return f.templates, nil
-}
-func (f *fakeTool) VNPUs(_ context.Context, card, _ int) ([]VNPU, error) {
-	return slices.Clone(f.vnpus[card]), nil
-}
-
-func (f *fakeTool) CreateVNPU(_ context.Context, card, _ int, template string, id int) (VNPU, error) {
-	if f.failNext {
-		f.failNext = false
-		return VNPU{}, fmt.Errorf("create vnpu failed")
-	}
-	var tpl *Template
-	for i := range f.templates {
-		if f.templates[i].Name == template {
-			tpl = &f.templates[i]
-		}
-	}
-	if tpl == nil {
-		return VNPU{}, fmt.Errorf("template %s is not supported", template)
-	}
-	cores := tpl.AICores
-	for _, v := range f.vnpus[card] {
-		if v.ID == id {
-			return VNPU{}, fmt.Errorf("vnpu id %d is in use", id)
-		}
-		for _, t := range f.templates {
-			if t.Name == v.Template {
-				cores += t.AICores
-			}
-		}
-	}
-	if cores > f.chips[card].AICores {
-		return VNPU{}, fmt.Errorf("not enough AI cores")
-	}
-	v := VNPU{ID: id, Template: template}
-	f.vnpus[card] = append(f.vnpus[card], v)
-	return v, nil
-}
-
-func (f *fakeTool) DestroyVNPU(_ context.Context, card, _ int, id int) error {
-	for i, v := range f.vnpus[card] {
-		if v.ID == id {
-			f.vnpus[card] = slices.Delete(f.vnpus[card], i, i+1)
-			return nil
-		}
-	}
-	return fmt.Errorf("vnpu %d does not exist", id)
-}
-
-func (f *fakeTool) all() []string {
+// all lists every vNPU as card/id:template.
+func (f *tool) all(t *testing.T) []string {
+	t.Helper()
 	var out []string
-	for card, vs := range f.vnpus {
-		for _, v := range vs {
+	for card := 0; card < 8; card++ {
+		info, err := f.VNPUInfo(context.Background(), card, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range info.VNPUs {
 			out = append(out, fmt.Sprintf("%d/%d:%s", card, v.ID, v.Template))
 		}
 	}
@@ -101,19 +53,14 @@ func (f *fakeTool) all() []string {
 	return out
 }
 
-const procDevices = "Character devices:\n  1 mem\n236 devdrv-cdev\n237 vdevdrv-cdev\n238 davinci_manager\n239 devmm_svm\n240 hisi_hdc\n"
-
-func newBackend(t *testing.T, tool *fakeTool, stateDir string) (context.Context, *Backend) {
+func newBackend(t *testing.T, tool Tool, stateDir string) (context.Context, *Backend) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "proc"), 0o755); err != nil {
+	if err := hardware.WriteNode(root, hardware.AtlasA2(), "boot"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(root, "proc", "devices"), []byte(procDevices), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(ctx, Config{Tool: tool, SysfsRoot: filepath.Join(root, "sys"), ProcRoot: filepath.Join(root, "proc"), DevRoot: root, StateDir: stateDir})
+	b, err := New(ctx, Config{Tool: tool, SysfsRoot: filepath.Join(root, hardware.SysDir), ProcRoot: filepath.Join(root, hardware.ProcDir), DevRoot: root, StateDir: stateDir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,14 +79,15 @@ func request(uid string, devices ...string) *plugin.PrepareRequest {
 }
 
 func TestDiscoverPublishesChipsAndTemplateSlots(t *testing.T) {
-	_, b := newBackend(t, newFakeTool(), t.TempDir())
+	_, b := newBackend(t, newTool(t), t.TempDir())
 	inv, err := b.Discover(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Per chip: whole, 4 × vir05 (20 cores / 5), 2 × vir10.
-	if len(inv.Devices) != 8*7 || len(inv.SharedCounters) != 8 {
-		t.Fatalf("%d devices and %d counter sets, want 56 and 8", len(inv.Devices), len(inv.SharedCounters))
+	// Per chip: whole, 3 × vir05_1c_16g and 1 × vir10_3c_32g: npu-smi
+	// gives vNPUs 60 of the chip's 64 GB, which bounds both.
+	if len(inv.Devices) != 8*5 || len(inv.SharedCounters) != 8 {
+		t.Fatalf("%d devices and %d counter sets, want 40 and 8", len(inv.Devices), len(inv.SharedCounters))
 	}
 	byName := map[string]resourceapi.Device{}
 	for _, d := range inv.Devices {
@@ -155,38 +103,56 @@ func TestDiscoverPublishesChipsAndTemplateSlots(t *testing.T) {
 			t.Errorf("npu-5 %s = %v, want %s", attr, a.StringValue, want)
 		}
 	}
+	// Card 5 of an Atlas 800T A2 is at 0000:02:00.0, on socket 0's root
+	// complex.
+	for attr, want := range map[resourceapi.QualifiedName]string{
+		"resource.kubernetes.io/pciBusID": "0000:02:00.0", "resource.kubernetes.io/pcieRoot": "pci0000:00",
+	} {
+		if a := whole.Attributes[attr]; a.StringValue == nil || *a.StringValue != want {
+			t.Errorf("npu-5 %s = %v, want %s", attr, a.StringValue, want)
+		}
+	}
+	if a := whole.Attributes["resource.kubernetes.io/numaNode"]; a.IntValue == nil || *a.IntValue != 0 {
+		t.Errorf("npu-5 NUMA node %v, want 0", a.IntValue)
+	}
 	if a := whole.Attributes["accelerator.strata.sh/whole"]; a.BoolValue == nil || !*a.BoolValue {
 		t.Errorf("npu-5 is not whole")
 	}
 	if a := whole.Attributes["accelerator.strata.sh/memory"]; a.IntValue == nil || *a.IntValue != 64<<30 {
 		t.Errorf("npu-5 memory %v", a.IntValue)
 	}
-	v := byName["npu-5-vir10-3c-32g-1"]
+	if _, ok := byName["npu-5-vir10-3c-32g-1"]; ok {
+		t.Errorf("a second vir10_3c_32g slot on a chip with 60 GB for vNPUs")
+	}
+	v := byName["npu-5-vir10-3c-32g-0"]
 	if v.Name == "" || *v.Attributes["template"].StringValue != "vir10_3c_32g" || *v.Attributes["accelerator.strata.sh/whole"].BoolValue {
-		t.Fatalf("vNPU slot npu-5-vir10-3c-32g-1: %+v", v)
+		t.Fatalf("vNPU slot npu-5-vir10-3c-32g-0: %+v", v)
 	}
 	if _, ok := v.Attributes["accelerator.strata.sh/partition4"]; ok {
 		t.Errorf("a vNPU carries HCCS groups")
 	}
 	// The whole chip consumes every counter; a vNPU its template's.
-	cores := func(d resourceapi.Device) int64 { c := d.ConsumesCounters[0].Counters[counterCores]; return c.Value.Value() }
+	cores := func(d resourceapi.Device) int64 {
+		c := d.ConsumesCounters[0].Counters[counterCores]
+		return c.Value.Value()
+	}
 	if cores(whole) != 20 || cores(v) != 10 || v.ConsumesCounters[0].CounterSet != "npu-5" {
 		t.Errorf("counters: whole %d, vir10 %d on %s", cores(whole), cores(v), v.ConsumesCounters[0].CounterSet)
 	}
 }
 
 func TestVNPUCreatedOnPrepareAndDestroyedOnUnprepare(t *testing.T) {
-	tool := newFakeTool()
+	tool := newTool(t)
 	state := t.TempDir()
 	ctx, b := newBackend(t, tool, state)
 	resp, err := b.Prepare(ctx, request("c1", "npu-2-vir05-1c-16g-0", "npu-2-vir10-3c-32g-0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := tool.all(); !slices.Equal(got, []string{"2/132:vir05_1c_16g", "2/133:vir10_3c_32g"}) {
+	if got := tool.all(t); !slices.Equal(got, []string{"2/132:vir05_1c_16g", "2/133:vir10_3c_32g"}) {
 		t.Fatalf("vNPUs %v, want ids 132 and 133 on card 2", got)
 	}
-	if n := resp.Devices[0].Edits.DeviceNodes[0]; n.Path != "/dev/vdavinci132" || n.Major != 237 || n.Minor != 132 {
+	if n := resp.Devices[0].Edits.DeviceNodes[0]; n.Path != "/dev/vdavinci132" || n.Major != 236 || n.Minor != 132 {
 		t.Errorf("device node %+v", n)
 	}
 	env := strings.Join(resp.Common.Env, " ")
@@ -200,13 +166,13 @@ func TestVNPUCreatedOnPrepareAndDestroyedOnUnprepare(t *testing.T) {
 	if err := b.Unprepare(ctx, plugin.ClaimRef{UID: "c1"}, resp.Devices); err != nil {
 		t.Fatal(err)
 	}
-	if got := tool.all(); len(got) != 0 {
+	if got := tool.all(t); len(got) != 0 {
 		t.Errorf("after unprepare: %v", got)
 	}
 }
 
 func TestWholeChipPrepare(t *testing.T) {
-	tool := newFakeTool()
+	tool := newTool(t)
 	ctx, b := newBackend(t, tool, t.TempDir())
 	resp, err := b.Prepare(ctx, request("c1", "npu-3", "npu-1"))
 	if err != nil {
@@ -225,15 +191,15 @@ func TestWholeChipPrepare(t *testing.T) {
 	if !slices.Equal(nodes, want) || !slices.Equal(resp.Common.Env, []string{"ASCEND_VISIBLE_DEVICES=1,3"}) {
 		t.Errorf("nodes %v env %v", nodes, resp.Common.Env)
 	}
-	if len(tool.all()) != 0 {
-		t.Errorf("a whole-chip claim made vNPUs: %v", tool.all())
+	if len(tool.all(t)) != 0 {
+		t.Errorf("a whole-chip claim made vNPUs: %v", tool.all(t))
 	}
 }
 
 // A plugin that stopped after npu-smi made a vNPU and before the
 // checkpoint recorded it: the new instance finds it in the ledger.
 func TestInterruptedPrepareIsCleanedUp(t *testing.T) {
-	tool := newFakeTool()
+	tool := newTool(t)
 	state := t.TempDir()
 	ctx, b := newBackend(t, tool, state)
 	if _, err := b.Prepare(ctx, request("c1", "npu-0-vir05-1c-16g-0")); err != nil {
@@ -248,7 +214,7 @@ func TestInterruptedPrepareIsCleanedUp(t *testing.T) {
 	if err := restarted.Unprepare(ctx, plugin.ClaimRef{UID: "c1"}, []plugin.PreparedDevice{{Device: "npu-0-vir05-1c-16g-0"}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := tool.all(); !slices.Equal(got, []string{"7/212:vir10_3c_32g"}) {
+	if got := tool.all(t); !slices.Equal(got, []string{"7/212:vir10_3c_32g"}) {
 		t.Errorf("vNPUs %v, want only the operator's", got)
 	}
 	// Reconcile: a ledger entry whose claim is no longer prepared goes.
@@ -258,7 +224,7 @@ func TestInterruptedPrepareIsCleanedUp(t *testing.T) {
 	if err := restarted.Reconcile(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := tool.all(); !slices.Equal(got, []string{"7/212:vir10_3c_32g"}) {
+	if got := tool.all(t); !slices.Equal(got, []string{"7/212:vir10_3c_32g"}) {
 		t.Errorf("after reconcile: %v", got)
 	}
 	// The operator's vNPU holds its share of chip 7.
@@ -276,26 +242,28 @@ func TestInterruptedPrepareIsCleanedUp(t *testing.T) {
 }
 
 func TestFailedCreateLeavesNothing(t *testing.T) {
-	tool := newFakeTool()
+	tool := newTool(t)
 	state := t.TempDir()
 	ctx, b := newBackend(t, tool, state)
 	if _, err := b.Prepare(ctx, request("c1", "npu-1-vir05-1c-16g-0")); err != nil {
 		t.Fatal(err)
 	}
-	tool.failNext = false
-	// The second vNPU of a claim fails: the first one it made goes too.
-	tool.vnpus[6] = nil
-	tool.failNext = false
-	req := request("c2", "npu-6-vir05-1c-16g-0", "npu-6-vir10-3c-32g-0")
-	tool2 := tool
-	orig := tool2.templates
-	tool2.templates = orig[:1] // vir10 now unknown to the tool
-	if _, err := b.Prepare(ctx, req); err == nil {
+	// An operator's vNPU takes 5 of chip 6's 20 AI cores; a claim for a
+	// vir05 and a vir10 there gets the first and is refused the second
+	// by npu-smi (the scheduler would not have allocated it; prepare must
+	// still undo what it did).
+	if _, err := tool.CreateVNPU(ctx, 6, 0, "vir05_1c_16g", 200); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tool.CreateVNPU(ctx, 6, 0, "vir05_1c_16g", 201); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Prepare(ctx, request("c2", "npu-6-vir05-1c-16g-0", "npu-6-vir10-3c-32g-0"))
+	if err == nil {
 		t.Fatal("prepare succeeded")
 	}
-	tool2.templates = orig
-	if got := tool.all(); !slices.Equal(got, []string{"1/116:vir05_1c_16g"}) {
-		t.Errorf("vNPUs %v, want only c1's", got)
+	if got := tool.all(t); !slices.Equal(got, []string{"1/116:vir05_1c_16g", "6/200:vir05_1c_16g", "6/201:vir05_1c_16g"}) {
+		t.Errorf("vNPUs %v, want c1's and the operator's only", got)
 	}
 	ledger, err := b.readLedger()
 	if err != nil || len(ledger) != 1 || ledger[0].Claim != "c1" {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/strata-sh/strata/drivers/accelerator"
+	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/plugin"
 )
 
@@ -19,26 +20,49 @@ const (
 	kindVNPU = "vnpu"
 )
 
-// Counters of a chip's counter set.
+// Counters of a chip's counter set: every resource npu-smi accounts
+// vNPUs by (info-vnpu's columns), so the allocator refuses what npu-smi
+// would.
 const (
-	counterCores  = "aiCores"
-	counterAICPU  = "aiCPU"
+	counterCores  = "ai-cores"
 	counterMemory = "memory"
 )
+
+// counterSpec maps a counter to its info-vnpu column and a template's
+// use of it.
+type counterSpec struct {
+	name, column string
+	use          func(npusmi.Template) int64
+	// unit converts the column's figures to the counter's (bytes for
+	// memory, which info-vnpu prints in GB under "Memory").
+	unit int64
+}
+
+var counterSpecs = []counterSpec{
+	{counterCores, "AICORE", func(t npusmi.Template) int64 { return int64(t.AICores) }, 1},
+	{counterMemory, "Memory", func(t npusmi.Template) int64 { return t.MemoryMB << 20 }, 1 << 30},
+	{"ai-cpu", "AICPU", func(t npusmi.Template) int64 { return int64(t.AICPU) }, 1},
+	{"vpc", "VPC", func(t npusmi.Template) int64 { return int64(t.VPC) }, 1},
+	{"venc", "VENC", func(t npusmi.Template) int64 { return int64(t.VENC) }, 1},
+	{"vdec", "VDEC", func(t npusmi.Template) int64 { return int64(t.VDEC) }, 1},
+	{"jpegd", "JPEGD", func(t npusmi.Template) int64 { return int64(t.JPEGD) }, 1},
+	{"jpege", "JPEGE", func(t npusmi.Template) int64 { return int64(t.JPEGE) }, 1},
+	{"pngd", "PNGD", func(t npusmi.Template) int64 { return int64(t.PNGD) }, 1},
+}
 
 // device is a published device and what preparing it takes.
 type device struct {
 	name     string
 	kind     string
 	npu      *npu
-	template *Template
+	template *npusmi.Template
 }
 
 // deviceName of a chip is npu-<physical id>; of a vNPU slot,
 // npu-<physical id>-<template>-<k> (template name with '_' as '-').
 func npuName(n *npu) string { return fmt.Sprintf("npu-%d", n.PhyID) }
 
-func vnpuName(n *npu, t Template, k int) string {
+func vnpuName(n *npu, t npusmi.Template, k int) string {
 	return fmt.Sprintf("%s-%s-%d", npuName(n), strings.ToLower(strings.ReplaceAll(t.Name, "_", "-")), k)
 }
 
@@ -53,25 +77,20 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 	inv := &plugin.Inventory{}
 	b.devs = map[string]*device{}
 	for _, n := range b.npus {
-		foreign, err := b.foreignVNPUsLocked(ctx, n)
+		usable, foreign, err := b.chipResourcesLocked(ctx, n)
 		if err != nil {
 			return nil, err
 		}
-		total := map[string]resourceapi.Counter{
-			counterCores:  {Value: *resource.NewQuantity(int64(n.AICores), resource.DecimalSI)},
-			counterAICPU:  {Value: *resource.NewQuantity(int64(n.aiCPU()), resource.DecimalSI)},
-			counterMemory: {Value: mib(n.MemoryMB)},
-		}
+		n.usable = usable
+		total := map[string]resourceapi.Counter{}
 		available := map[string]resourceapi.Counter{}
-		for name, c := range total {
-			v := c.Value.DeepCopy()
+		for name, v := range usable {
+			total[name] = resourceapi.Counter{Value: *resource.NewQuantity(v, resource.DecimalSI)}
+			left := v
 			for _, t := range foreign {
-				v.Sub(templateCounters(t)[name].Value)
+				left -= use(name, t)
 			}
-			if v.Sign() < 0 {
-				v = resource.MustParse("0")
-			}
-			available[name] = resourceapi.Counter{Value: v}
+			available[name] = resourceapi.Counter{Value: *resource.NewQuantity(max(left, 0), resource.DecimalSI)}
 		}
 		inv.SharedCounters = append(inv.SharedCounters, resourceapi.CounterSet{Name: counterSetName(n), Counters: available})
 		whole := b.npuDevice(n)
@@ -93,38 +112,40 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 }
 
 // slots is how many vNPUs of a template the chip could hold alone.
-func slots(n *npu, t Template) int {
-	if t.AICores <= 0 {
-		return 0
-	}
-	k := n.AICores / t.AICores
-	if t.MemoryMB > 0 {
-		k = min(k, int(n.MemoryMB/t.MemoryMB))
-	}
-	if t.AICPU > 0 && n.aiCPU() > 0 {
-		k = min(k, n.aiCPU()/t.AICPU)
-	}
-	return k
-}
-
-// aiCPU is the chip's AI CPU count: the most any of its templates uses
-// times how many of it fit by cores, at least what one template takes.
-func (n *npu) aiCPU() int {
-	most := 0
-	for _, t := range n.templates {
-		if t.AICores > 0 {
-			most = max(most, t.AICPU*(n.AICores/t.AICores))
+func slots(n *npu, t npusmi.Template) int {
+	k := -1
+	for name, v := range n.usable {
+		u := use(name, t)
+		if u <= 0 {
+			continue
+		}
+		if k < 0 || int(v/u) < k {
+			k = int(v / u)
 		}
 	}
-	return most
+	return max(k, 0)
 }
 
-func templateCounters(t Template) map[string]resourceapi.Counter {
-	return map[string]resourceapi.Counter{
-		counterCores:  {Value: *resource.NewQuantity(int64(t.AICores), resource.DecimalSI)},
-		counterAICPU:  {Value: *resource.NewQuantity(int64(t.AICPU), resource.DecimalSI)},
-		counterMemory: {Value: mib(t.MemoryMB)},
+// use is how much of a counter a template takes.
+func use(counter string, t npusmi.Template) int64 {
+	for _, c := range counterSpecs {
+		if c.name == counter {
+			return c.use(t)
+		}
 	}
+	return 0
+}
+
+// templateCounters is what a vNPU of the template consumes of the
+// chip's counters.
+func templateCounters(n *npu, t npusmi.Template) map[string]resourceapi.Counter {
+	out := map[string]resourceapi.Counter{}
+	for name := range n.usable {
+		if u := use(name, t); u > 0 {
+			out[name] = resourceapi.Counter{Value: *resource.NewQuantity(u, resource.DecimalSI)}
+		}
+	}
+	return out
 }
 
 func mib(v int64) resource.Quantity { return *resource.NewQuantity(v<<20, resource.BinarySI) }
@@ -136,7 +157,7 @@ func (b *Backend) npuDevice(n *npu) resourceapi.Device {
 		"phyID":    {IntValue: ptr.To(int64(n.PhyID))},
 		"logicID":  {IntValue: ptr.To(int64(n.LogicID))},
 		"card":     {IntValue: ptr.To(int64(n.Card))},
-		"chip":     {IntValue: ptr.To(int64(n.ChipID))},
+		"chip":     {IntValue: ptr.To(int64(n.chipID()))},
 	}
 	n.accel(true, n.MemoryMB<<20).AddAttributes(attrs)
 	return resourceapi.Device{
@@ -149,7 +170,7 @@ func (b *Backend) npuDevice(n *npu) resourceapi.Device {
 	}
 }
 
-func (b *Backend) vnpuDevice(n *npu, t Template, k int) resourceapi.Device {
+func (b *Backend) vnpuDevice(n *npu, t npusmi.Template, k int) resourceapi.Device {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		"type":     {StringValue: ptr.To(kindVNPU)},
 		"template": {StringValue: ptr.To(t.Name)},
@@ -164,7 +185,7 @@ func (b *Backend) vnpuDevice(n *npu, t Template, k int) resourceapi.Device {
 			"memory":  {Value: mib(t.MemoryMB)},
 			"aiCores": {Value: *resource.NewQuantity(int64(t.AICores), resource.DecimalSI)},
 		},
-		ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: counterSetName(n), Counters: templateCounters(t)}},
+		ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: counterSetName(n), Counters: templateCounters(n, t)}},
 	}
 }
 

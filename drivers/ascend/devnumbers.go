@@ -10,20 +10,20 @@ import (
 )
 
 // majors are the character device majors the Ascend driver registered,
-// read from /proc/devices; minors follow the device numbers (davinciN is
-// minor N, vdavinciN minor N of the vNPU major).
+// read from /proc/devices (all are dynamic). davinciN and vdavinciN share
+// one region, whose minor is the driver's device id: the chip's id for
+// davinciN, the vNPU id (from 100) for vdavinciN.
 type majors struct {
-	davinci, vdavinci, manager, svm, hdc int64
+	davinci, manager, svm, hdc int64
 }
 
 // Names under which the Ascend driver's character devices appear in
-// /proc/devices.
+// /proc/devices, as its open-source kernel modules register them.
 const (
-	procDavinci  = "devdrv-cdev"
-	procVDavinci = "vdevdrv-cdev"
-	procManager  = "davinci_manager"
-	procSVM      = "devmm_svm"
-	procHDC      = "hisi_hdc"
+	procDavinci = "devdrv-cdev"
+	procManager = "hisi_davinci_intf"
+	procSVM     = "devmm_svm"
+	procHDC     = "hisi_hdc"
 )
 
 func readMajors(procRoot string) (majors, error) {
@@ -47,8 +47,6 @@ func readMajors(procRoot string) (majors, error) {
 		switch fields[1] {
 		case procDavinci:
 			m.davinci = n
-		case procVDavinci:
-			m.vdavinci = n
 		case procManager:
 			m.manager = n
 		case procSVM:

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/plugin"
 )
 
@@ -81,34 +82,52 @@ func (b *Backend) writeLedger(entries []vnpu) error {
 	return os.Rename(tmp, b.ledgerPath())
 }
 
-// foreignVNPUsLocked returns the templates of the chip's vNPUs that are
+// chipResourcesLocked returns what the chip's vNPUs may use in all (the
+// free figures plus what existing vNPUs hold, by counter; a column npu-smi
+// does not report is left out) and the templates of the vNPUs that are
 // not in the ledger: an operator's, which hold their share of the chip.
-func (b *Backend) foreignVNPUsLocked(ctx context.Context, n *npu) ([]Template, error) {
-	vnpus, err := b.cfg.Tool.VNPUs(ctx, n.Card, n.ChipID)
+func (b *Backend) chipResourcesLocked(ctx context.Context, n *npu) (map[string]int64, []npusmi.Template, error) {
+	info, err := b.cfg.Tool.VNPUInfo(ctx, n.Card, n.chipID())
 	if err != nil {
-		return nil, fmt.Errorf("NPU %d: list vNPUs: %w", n.PhyID, err)
+		return nil, nil, fmt.Errorf("NPU %d: vNPU resources: %w", n.PhyID, err)
 	}
 	ledger, err := b.readLedger()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []Template
-	for _, v := range vnpus {
-		if slicesContainsID(ledger, n, v.ID) {
-			continue
-		}
+	var existing, foreign []npusmi.Template
+	for _, v := range info.VNPUs {
 		for _, t := range n.templates {
-			if t.Name == v.Template {
-				out = append(out, t)
+			if t.Name != v.Template {
+				continue
+			}
+			existing = append(existing, t)
+			if !slicesContainsID(ledger, n, v.ID) {
+				foreign = append(foreign, t)
 			}
 		}
 	}
-	return out, nil
+	usable := map[string]int64{}
+	for _, c := range counterSpecs {
+		r, ok := info.Resources[c.column]
+		if !ok || r.NA {
+			continue
+		}
+		v := int64(r.Free) * c.unit
+		for _, t := range existing {
+			v += c.use(t)
+		}
+		usable[c.name] = v
+	}
+	if _, ok := usable[counterCores]; !ok {
+		usable[counterCores] = int64(n.AICores)
+	}
+	return usable, foreign, nil
 }
 
 func slicesContainsID(ledger []vnpu, n *npu, id int) bool {
 	for _, e := range ledger {
-		if e.Card == n.Card && e.Chip == n.ChipID && e.ID == id {
+		if e.Card == n.Card && e.Chip == n.chipID() && e.ID == id {
 			return true
 		}
 	}
@@ -159,7 +178,7 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 				return nil, errors.Join(err, b.unprepareLocked(ctx, claim, resp.Devices))
 			}
 			out.State, _ = json.Marshal(v)
-			out.Edits.DeviceNodes = []*cdispec.DeviceNode{b.node(fmt.Sprintf("vdavinci%d", v.ID), b.major.vdavinci, int64(v.ID))}
+			out.Edits.DeviceNodes = []*cdispec.DeviceNode{b.node(fmt.Sprintf("vdavinci%d", v.ID), b.major.davinci, int64(v.ID))}
 			visible = append(visible, strconv.Itoa(v.ID))
 			virtual = true
 		}
@@ -184,10 +203,11 @@ func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
 // of the chip's range, recorded in the ledger before npu-smi makes it.
 func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, d *device) (vnpu, error) {
 	n := d.npu
-	existing, err := b.cfg.Tool.VNPUs(ctx, n.Card, n.ChipID)
+	info, err := b.cfg.Tool.VNPUInfo(ctx, n.Card, n.chipID())
 	if err != nil {
 		return vnpu{}, fmt.Errorf("NPU %d: list vNPUs: %w", n.PhyID, err)
 	}
+	existing := info.VNPUs
 	ledger, err := b.readLedger()
 	if err != nil {
 		return vnpu{}, err
@@ -197,7 +217,7 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, d *de
 		used[v.ID] = true
 	}
 	for _, e := range ledger {
-		if e.Card == n.Card && e.Chip == n.ChipID {
+		if e.Card == n.Card && e.Chip == n.chipID() {
 			used[e.ID] = true
 		}
 	}
@@ -211,11 +231,11 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, d *de
 	if id < 0 {
 		return vnpu{}, fmt.Errorf("NPU %d: no free vNPU id", n.PhyID)
 	}
-	v := vnpu{Claim: claim.UID, Device: d.name, Card: n.Card, Chip: n.ChipID, ID: id}
+	v := vnpu{Claim: claim.UID, Device: d.name, Card: n.Card, Chip: n.chipID(), ID: id}
 	if err := b.writeLedger(append(ledger, v)); err != nil {
 		return vnpu{}, fmt.Errorf("record vNPU: %w", err)
 	}
-	if _, err := b.cfg.Tool.CreateVNPU(ctx, n.Card, n.ChipID, d.template.Name, id); err != nil {
+	if _, err := b.cfg.Tool.CreateVNPU(ctx, n.Card, n.chipID(), d.template.Name, id); err != nil {
 		if lerr := b.writeLedger(ledger); lerr != nil {
 			err = errors.Join(err, lerr)
 		}
@@ -259,11 +279,11 @@ func (b *Backend) unprepareLocked(ctx context.Context, claim plugin.ClaimRef, _ 
 
 // destroy removes a vNPU; one that is gone already is fine.
 func (b *Backend) destroy(ctx context.Context, e vnpu) error {
-	existing, err := b.cfg.Tool.VNPUs(ctx, e.Card, e.Chip)
+	info, err := b.cfg.Tool.VNPUInfo(ctx, e.Card, e.Chip)
 	if err != nil {
 		return fmt.Errorf("card %d chip %d: list vNPUs: %w", e.Card, e.Chip, err)
 	}
-	for _, v := range existing {
+	for _, v := range info.VNPUs {
 		if v.ID == e.ID {
 			if err := b.cfg.Tool.DestroyVNPU(ctx, e.Card, e.Chip, e.ID); err != nil {
 				return fmt.Errorf("card %d chip %d: destroy vNPU %d: %w", e.Card, e.Chip, e.ID, err)
