@@ -149,11 +149,11 @@ func Start(ctx context.Context, cfg Config) (_ *Sim, finalErr error) {
 	start := time.Now()
 	var err error
 	values := cfg.ChartValues
-	if cfg.Cluster.RunsRDMA() {
-		// Nodes that run the RDMA plugin need its identity, RBAC and
-		// DeviceClasses, which the chart installs when plugins.rdma is
-		// enabled (off by default).
-		values = loader.MergeMaps(map[string]any{"plugins": map[string]any{"rdma": map[string]any{"enabled": true}}}, values)
+	// Nodes that run the RDMA or Ascend plugin need its identity, RBAC and
+	// DeviceClasses, which the chart installs when plugins.<vendor> is
+	// enabled (off by default); the user's values still decide.
+	for _, vendor := range cfg.Cluster.ChartPlugins() {
+		values = loader.MergeMaps(map[string]any{"plugins": map[string]any{vendor: map[string]any{"enabled": true}}}, values)
 	}
 	if s.install, err = newInstallation(chart.DefaultRelease, values); err != nil {
 		return nil, fmt.Errorf("install Strata: %w", err)

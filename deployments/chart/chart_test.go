@@ -140,6 +140,11 @@ func TestRenderDefaults(t *testing.T) {
 	assert.Nil(t, find(objs, "ServiceAccount", "strata-rdma-kubelet-plugin"))
 	assert.Nil(t, find(objs, "DeviceClass", "rdma-nic.strata.sh"))
 	assert.Nil(t, find(objs, "DeviceClass", "rdma-vf.strata.sh"))
+	// NPUs too: no Ascend plugin, classes or policy entry by default.
+	assert.Nil(t, find(objs, "DaemonSet", "strata-ascend-kubelet-plugin"))
+	assert.Nil(t, find(objs, "ServiceAccount", "strata-ascend-kubelet-plugin"))
+	assert.Nil(t, find(objs, "DeviceClass", "ascend-npu.strata.sh"))
+	assert.Nil(t, find(objs, "DeviceClass", "ascend-vnpu.strata.sh"))
 
 	// The slice policy names the plugin's service account and driver.
 	vap := find(objs, "ValidatingAdmissionPolicy", "strata-node-restricted-slices")
@@ -149,6 +154,7 @@ func TestRenderDefaults(t *testing.T) {
 	assert.Contains(t, string(raw), `system:serviceaccount:strata-system:strata-nvidia-kubelet-plugin`)
 	assert.Contains(t, string(raw), `nvidia.strata.sh`)
 	assert.NotContains(t, string(raw), `rdma`)
+	assert.NotContains(t, string(raw), `ascend`)
 }
 
 // containerArgs returns the args of a DaemonSet's only container.
@@ -220,6 +226,8 @@ func TestRenderValuesFiles(t *testing.T) {
 				assert.Contains(t, containerArgs(t, ds), "--health-interval=10s")
 			case "rdma-values.yaml":
 				rdmaPlugin(t, objs)
+			case "ascend-values.yaml":
+				ascendPlugin(t, objs)
 			}
 		})
 	}
@@ -302,6 +310,98 @@ func TestRenderRDMAWithoutRailOrder(t *testing.T) {
 	}
 }
 
+// ascendPlugin checks what ci/ascend-values.yaml installs beside the
+// defaults: the Ascend plugin in the pod network with the host's npu-smi
+// and driver root mounted at their host paths, no --health-interval, its
+// DeviceClasses and its lines in the slice policy and the plugins'
+// FlowSchema.
+func ascendPlugin(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	assert.NotNil(t, find(objs, "DaemonSet", "strata-nvidia-kubelet-plugin"), "the NVIDIA plugin stays")
+	ds := find(objs, "DaemonSet", "strata-ascend-kubelet-plugin")
+	require.NotNil(t, ds)
+	pod, _, _ := unstructured.NestedMap(ds.Object, "spec", "template", "spec")
+	assert.NotContains(t, pod, "hostNetwork", "the Ascend plugin runs in the pod network")
+	assert.Equal(t, "strata-ascend-kubelet-plugin", pod["serviceAccountName"])
+	assert.Equal(t, map[string]any{"accelerator": "huawei-Ascend910"}, pod["nodeSelector"])
+	assert.NotContains(t, pod, "tolerations")
+	assert.Equal(t, "system-node-critical", pod["priorityClassName"])
+	containers := pod["containers"].([]any)
+	require.Len(t, containers, 1)
+	c := containers[0].(map[string]any)
+	assert.Equal(t, "ghcr.io/strata-sh/ascend-kubelet-plugin:"+chartAppVersion(t), c["image"])
+	privileged, _, _ := unstructured.NestedBool(c, "securityContext", "privileged")
+	assert.True(t, privileged, "npu-smi creates and destroys vNPUs")
+	assert.NotContains(t, c["securityContext"], "capabilities")
+	assert.Equal(t, []any{map[string]any{"name": "metrics", "containerPort": float64(9403)}}, c["ports"])
+	args := containerArgs(t, ds)
+	for _, want := range []string{
+		"--plugin-data-dir=/var/lib/kubelet/plugins/ascend.strata.sh",
+		"--registrar-dir=/var/lib/kubelet/plugins_registry",
+		"--cdi-dir=/var/run/cdi",
+		"--metrics-address=:9403",
+		"--dev-root=/",
+		"--npu-smi=/usr/local/bin/npu-smi",
+		"--driver-root=/usr/local/Ascend/driver",
+	} {
+		assert.Contains(t, args, want)
+	}
+	for _, a := range args {
+		assert.NotContains(t, a, "--health-interval", "the Ascend plugin takes no health interval")
+		assert.NotContains(t, a, "nvml", "no NVIDIA flag reaches the Ascend plugin")
+		assert.NotContains(t, a, "rail", "no RDMA flag reaches the Ascend plugin")
+	}
+	mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+	assert.Contains(t, mounts, map[string]any{"name": "driver-root", "mountPath": "/usr/local/Ascend/driver", "readOnly": true})
+	assert.Contains(t, mounts, map[string]any{"name": "npu-smi", "mountPath": "/usr/local/bin/npu-smi", "readOnly": true})
+	volumes, _, _ := unstructured.NestedSlice(pod, "volumes")
+	assert.Contains(t, volumes, map[string]any{"name": "driver-root", "hostPath": map[string]any{"path": "/usr/local/Ascend/driver", "type": "Directory"}})
+	assert.Contains(t, volumes, map[string]any{"name": "npu-smi", "hostPath": map[string]any{"path": "/usr/local/bin/npu-smi", "type": "File"}})
+	strategy, _, _ := unstructured.NestedMap(ds.Object, "spec", "updateStrategy", "rollingUpdate")
+	assert.Equal(t, map[string]any{"maxSurge": float64(1), "maxUnavailable": float64(0)}, strategy)
+
+	for class, kind := range map[string]string{"ascend-npu.strata.sh": "npu", "ascend-vnpu.strata.sh": "vnpu"} {
+		dc := find(objs, "DeviceClass", class)
+		if !assert.NotNil(t, dc, class) {
+			continue
+		}
+		selectors, _, _ := unstructured.NestedSlice(dc.Object, "spec", "selectors")
+		require.Len(t, selectors, 1)
+		expr, _, _ := unstructured.NestedString(selectors[0].(map[string]any), "cel", "expression")
+		assert.Equal(t, `device.driver == "ascend.strata.sh" && device.attributes["ascend.strata.sh"].type == "`+kind+`"`, expr)
+		assert.Equal(t, "deviceclasses", dc.GetLabels()["app.kubernetes.io/component"])
+	}
+
+	assert.Equal(t, map[string]string{
+		"system:serviceaccount:gpu-system:strata-nvidia-kubelet-plugin": "nvidia.strata.sh",
+		"system:serviceaccount:gpu-system:strata-ascend-kubelet-plugin": "ascend.strata.sh",
+	}, policyDrivers(t, objs))
+	fs := find(objs, "FlowSchema", "strata-kubelet-plugins")
+	require.NotNil(t, fs)
+	raw, _ := yaml.Marshal(fs.Object)
+	assert.Contains(t, string(raw), "name: strata-ascend-kubelet-plugin")
+}
+
+// A driver installed elsewhere: both host paths are mounted where they are
+// on the host and --npu-smi names the program's.
+func TestRenderAscendDriverPaths(t *testing.T) {
+	values, err := ParseValues([]byte("plugins:\n  ascend:\n    enabled: true\n    driver:\n      root: /opt/Ascend/driver\n      npuSmi: /usr/local/sbin/npu-smi\n"))
+	require.NoError(t, err)
+	r, err := Render(DefaultRelease, values)
+	require.NoError(t, err)
+	ds := find(objects(t, r), "DaemonSet", "strata-ascend-kubelet-plugin")
+	require.NotNil(t, ds)
+	assert.Contains(t, containerArgs(t, ds), "--npu-smi=/usr/local/sbin/npu-smi")
+	assert.Contains(t, containerArgs(t, ds), "--driver-root=/opt/Ascend/driver")
+	pod, _, _ := unstructured.NestedMap(ds.Object, "spec", "template", "spec")
+	mounts, _, _ := unstructured.NestedSlice(pod["containers"].([]any)[0].(map[string]any), "volumeMounts")
+	assert.Contains(t, mounts, map[string]any{"name": "driver-root", "mountPath": "/opt/Ascend/driver", "readOnly": true})
+	assert.Contains(t, mounts, map[string]any{"name": "npu-smi", "mountPath": "/usr/local/sbin/npu-smi", "readOnly": true})
+	volumes, _, _ := unstructured.NestedSlice(pod, "volumes")
+	assert.Contains(t, volumes, map[string]any{"name": "driver-root", "hostPath": map[string]any{"path": "/opt/Ascend/driver", "type": "Directory"}})
+	assert.Contains(t, volumes, map[string]any{"name": "npu-smi", "hostPath": map[string]any{"path": "/usr/local/sbin/npu-smi", "type": "File"}})
+}
+
 func chartAppVersion(t *testing.T) string {
 	t.Helper()
 	c, err := Load()
@@ -328,6 +428,10 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"bad RDMA device name", "plugins:\n  rdma:\n    driver:\n      railDevices: [mlx5_0, \"mlx5_1,mlx5_2\"]\n", []string{"/plugins/rdma/driver/railDevices/1"}},
 		{"RDMA device twice", "plugins:\n  rdma:\n    driver:\n      railDevices: [mlx5_0, mlx5_0]\n", []string{"/plugins/rdma/driver/railDevices"}},
 		{"unknown RDMA driver key", "plugins:\n  rdma:\n    driver:\n      migMode: dynamic\n", []string{"/plugins/rdma/driver", "migMode"}},
+		{"relative Ascend driver root", "plugins:\n  ascend:\n    driver:\n      root: usr/local/Ascend/driver\n", []string{"/plugins/ascend/driver/root"}},
+		{"relative npu-smi path", "plugins:\n  ascend:\n    driver:\n      npuSmi: npu-smi\n", []string{"/plugins/ascend/driver/npuSmi"}},
+		{"Ascend health interval", "plugins:\n  ascend:\n    healthInterval: 5s\n", []string{"/plugins/ascend/healthInterval"}},
+		{"unknown Ascend driver key", "plugins:\n  ascend:\n    driver:\n      migMode: dynamic\n", []string{"/plugins/ascend/driver", "migMode"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			values, err := ParseValues([]byte(tc.values))

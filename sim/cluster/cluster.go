@@ -219,14 +219,25 @@ func hardwareNames() []string {
 	return sortStrings(out)
 }
 
-// RunsRDMA says whether any node group runs the RDMA plugin.
-func (c *Cluster) RunsRDMA() bool {
+// ChartPlugins are the chart's plugins.<vendor> keys of the kubelet
+// plugins the cluster's nodes run, besides nvidia (on by default): their
+// identities, RBAC and DeviceClasses come from the chart.
+func (c *Cluster) ChartPlugins() []string {
+	var rdma, ascend bool
 	for _, g := range c.NodeGroups {
-		if g.RDMA {
-			return true
+		rdma = rdma || g.RDMA
+		if m, err := hardware.Lookup(g.Hardware); err == nil && len(m.NPUs()) > 0 {
+			ascend = true
 		}
 	}
-	return false
+	var out []string
+	if rdma {
+		out = append(out, "rdma")
+	}
+	if ascend {
+		out = append(out, "ascend")
+	}
+	return out
 }
 
 // NodeCount is the total number of nodes.

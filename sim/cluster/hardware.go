@@ -10,12 +10,15 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/strata-sh/strata/drivers/ascend"
+	ascendapp "github.com/strata-sh/strata/drivers/ascend/app"
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/drivers/nvidia/app"
 	"github.com/strata-sh/strata/drivers/rdma"
 	rdmaapp "github.com/strata-sh/strata/drivers/rdma/app"
 	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/hardware/linkmock"
+	"github.com/strata-sh/strata/hardware/npusmimock"
 	"github.com/strata-sh/strata/hardware/nvmlmock"
 	"github.com/strata-sh/strata/sim/node"
 )
@@ -38,6 +41,8 @@ type NodeHardware struct {
 	// Links are the node's NICs as netlink shows them (VF settings,
 	// MTUs), nil unless the RDMA plugin runs.
 	Links *linkmock.Links
+	// NPUSMI is the node's npu-smi, nil on nodes without Ascend NPUs.
+	NPUSMI *npusmimock.NPUSMI
 }
 
 // Health monitoring periods of simulated NVIDIA nodes: shorter than on a
@@ -97,6 +102,12 @@ func withHardware(spec *node.Spec, g NodeGroup, where string) error {
 		hw.MPS = nvmlmock.NewMPS()
 		hw.TimeSlices = nvmlmock.NewTimeSlices()
 		spec.Plugins = append(spec.Plugins, node.PluginFactory{Driver: nvidia.DriverName, Start: hw.startNVIDIA})
+	}
+	if len(m.NPUs()) > 0 {
+		if hw.NPUSMI, err = npusmimock.New(m.NPUModel, len(m.NPUs())); err != nil {
+			return fmt.Errorf("%s.hardware: %w", where, err)
+		}
+		spec.Plugins = append(spec.Plugins, node.PluginFactory{Driver: ascend.DriverName, Start: hw.startAscend})
 	}
 	if g.RDMA {
 		hw.Links = linkmock.New(m)
@@ -172,6 +183,22 @@ func (hw *NodeHardware) startRDMA(ctx context.Context, env node.PluginEnv) (node
 	o.HealthInterval = HealthInterval
 	o.MetricsAddress = ""
 	return rdmaapp.Start(ctx, o, env.Client, rdmaapp.Host{Links: hw.Links, Events: env.Events})
+}
+
+// startAscend starts the node's Ascend plugin through the binary's own
+// composition root, with the node's directories and its npu-smi fake.
+func (hw *NodeHardware) startAscend(ctx context.Context, env node.PluginEnv) (node.Plugin, error) {
+	o := ascendapp.NewOptions()
+	o.NodeName, o.NodeUID = env.NodeName, env.NodeUID
+	o.PluginDataDir = env.PluginDir(ascend.DriverName)
+	o.RegistrarDir = env.RegistryDir
+	o.CDIDir = env.CDIDir
+	o.SysfsRoot = filepath.Join(hw.machineDir(env), hardware.SysDir)
+	o.ProcRoot = filepath.Join(hw.machineDir(env), hardware.ProcDir)
+	o.DevRoot = env.Root
+	o.BootIDPath = filepath.Join(env.Root, hardware.BootIDFile)
+	o.MetricsAddress = ""
+	return ascendapp.Start(ctx, o, env.Client, ascendapp.Host{NPUSMI: hw.NPUSMI, Events: env.Events})
 }
 
 // applyMIGConfig makes the instances a MIG manager would have made.

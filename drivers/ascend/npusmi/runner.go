@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
@@ -50,6 +52,11 @@ func (e *ExitError) ExitCode() int { return e.Code }
 type Exec struct {
 	// Binary is the path of npu-smi; empty means DefaultBinary.
 	Binary string
+	// DriverRoot is the Ascend driver's install root. Set, npu-smi runs
+	// with the driver's library folders on its LD_LIBRARY_PATH (only its
+	// own: the plugin's environment is left alone), as it needs them
+	// outside the host's loader configuration, in a container.
+	DriverRoot string
 }
 
 var _ Runner = Exec{}
@@ -61,6 +68,10 @@ func (e Exec) Run(ctx context.Context, args ...string) ([]byte, error) {
 		bin = DefaultBinary
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
+	if e.DriverRoot != "" {
+		lib := filepath.Join(e.DriverRoot, "lib64")
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+strings.Join([]string{lib, filepath.Join(lib, "common"), filepath.Join(lib, "driver")}, ":"))
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

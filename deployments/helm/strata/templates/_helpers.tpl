@@ -47,6 +47,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "strata.driverNames" -}}
 nvidia: nvidia.strata.sh
 rdma: rdma.strata.sh
+ascend: ascend.strata.sh
 {{- end -}}
 
 {{/* Pod-level fields shared by every component; call with (dict "root" $ "c" .Values.x). */}}

@@ -1,0 +1,45 @@
+{{/* Huawei Ascend kubelet plugin (ascend.strata.sh): NPU chips, the vNPU
+templates they offer and the vNPUs they hold are read with the host's
+npu-smi, which also creates a claim's vNPUs when it is prepared and
+destroys them when it is released. npu-smi and the driver's install root
+(the libraries npu-smi loads, put on npu-smi's own LD_LIBRARY_PATH by
+--driver-root) are mounted read-only at their host paths.
+PCI topology comes from sysfs and device majors from /proc/devices, which
+the privileged container sees as the host's; device nodes are named by
+their host paths in the CDI specs (--dev-root=/). The plugin polls no
+health: it takes no --health-interval. */}}
+{{- define "strata.plugin.ascend.args" -}}
+- --dev-root=/
+- --npu-smi={{ .p.driver.npuSmi }}
+- --driver-root={{ .p.driver.root }}
+{{- end -}}
+
+{{- define "strata.plugin.ascend.env" -}}
+{{- end -}}
+
+{{- /* The plugin runs in the pod network; privileged is enough. */}}
+{{- define "strata.plugin.ascend.pod" -}}
+{{- end -}}
+
+{{- define "strata.plugin.ascend.capabilities" -}}
+{{- end -}}
+
+{{- define "strata.plugin.ascend.mounts" -}}
+- name: driver-root
+  mountPath: {{ .p.driver.root }}
+  readOnly: true
+- name: npu-smi
+  mountPath: {{ .p.driver.npuSmi }}
+  readOnly: true
+{{- end -}}
+
+{{- define "strata.plugin.ascend.volumes" -}}
+- name: driver-root
+  hostPath:
+    path: {{ .p.driver.root }}
+    type: Directory
+- name: npu-smi
+  hostPath:
+    path: {{ .p.driver.npuSmi }}
+    type: File
+{{- end -}}
