@@ -34,7 +34,7 @@ build:
 
 ## demo: boot the demo cluster, run the demo workloads, print where they landed.
 demo:
-	$(GO) run ./cmd/strata-sim run --cluster $(DEMO_DIR)/cluster.yaml -f $(DEMO_DIR) -f deployments/examples/nvidia -f deployments/examples/gang -f deployments/examples/rdma/gpu-nic-same-switch.yaml --once --report table
+	$(GO) run ./cmd/strata-sim run --cluster $(DEMO_DIR)/cluster.yaml -f $(DEMO_DIR) -f deployments/examples/nvidia -f deployments/examples/gang -f deployments/examples/rdma/gpu-nic-same-switch.yaml -f deployments/examples/ascend/npu-whole.yaml --once --report table
 
 ## test: unit tests (race detector where cheap) and the end-to-end suite.
 test: unit e2e

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/strata-sh/strata/drivers/ascend"
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/drivers/rdma"
 	"github.com/strata-sh/strata/hardware"
@@ -251,7 +252,7 @@ func runSim(t *testing.T, o sim.RunOptions) *report.Report {
 // with the devices its claims ask for.
 func TestDemo(t *testing.T) {
 	const dir = "../../deployments/examples/demo"
-	r := runSim(t, sim.RunOptions{ClusterFile: dir + "/cluster.yaml", Manifests: []string{dir, examplesDir + "/nvidia", examplesDir + "/gang", examplesDir + "/rdma/gpu-nic-same-switch.yaml"}})
+	r := runSim(t, sim.RunOptions{ClusterFile: dir + "/cluster.yaml", Manifests: []string{dir, examplesDir + "/nvidia", examplesDir + "/gang", examplesDir + "/rdma/gpu-nic-same-switch.yaml", examplesDir + "/ascend/npu-whole.yaml"}})
 	want := map[string]struct {
 		nodePrefix string
 		devices    int
@@ -273,6 +274,8 @@ func TestDemo(t *testing.T) {
 		"trainer-with-sidecar": {"dgx-a100-", 2},
 		// A GPU and the NIC on its PCIe switch.
 		"gpudirect-worker": {"dgx-h100-", 2},
+		// Two Ascend 910B NPUs of one HCCS pair.
+		"npu-trainer": {"atlas-a2-", 2},
 	}
 	for i := 0; i < 4; i++ {
 		want[fmt.Sprintf("notebook-%d", i)] = struct {
@@ -302,7 +305,8 @@ func TestDemo(t *testing.T) {
 		for _, c := range p.Claims {
 			for _, d := range c.Devices {
 				got++
-				if d.Driver != nvidia.DriverName && (p.Name != "gpudirect-worker" || d.Driver != rdma.DriverName) || d.Pool != p.Node {
+				vendorOK := d.Driver == nvidia.DriverName || p.Name == "gpudirect-worker" && d.Driver == rdma.DriverName || p.Name == "npu-trainer" && d.Driver == ascend.DriverName
+				if !vendorOK || d.Pool != p.Node {
 					t.Errorf("pod %s: device %+v not from its node's GPUs", p.Name, d)
 				}
 			}
