@@ -158,6 +158,38 @@ func TestAscend(t *testing.T) {
 		t.Logf("%s waits", waiting)
 	})
 
+	t.Run("gang", func(t *testing.T) {
+		e := e.with(t)
+		defer e.deleteAllPods()
+		e.applyFile(examplesDir + "/gang/topology.yaml")
+		// Members take four 910B of one HCCS half; a node holds two. One
+		// half of a2-0 is taken, so block-0 (a2-0, a2-1) holds three
+		// members: a MustGather gang of four goes to block-1 whole.
+		e.createTemplate(testutil.MakeClaimSpec().Request("npus", npuClass, 4, `device.attributes["accelerator.strata.sh"].model == "910B"`).
+			MatchAttribute("accelerator.strata.sh/partition4", "npus").Template("default", "half-910b"))
+		e.createTemplate(testutil.MakeClaimSpec().Request("npus", npuClass, 4, `device.attributes["ascend.strata.sh"].phyID < 4`).Template("default", "a2-0-half"))
+		e.createPod(pinnedPod("half-filler", "a2-0", "npus", "a2-0-half"))
+		e.waitRunning("default", "half-filler")
+		e.claimGang("hccs-gang", 4, "npus", "half-910b", func(p *corev1.Pod) {
+			p.Annotations = preferBlock("MustGather")
+		})
+		pods := e.waitGangRunning("hccs-gang", 4)
+		ix := e.publishedDevices()
+		for i := range pods {
+			p := &pods[i]
+			if p.Spec.NodeName != "a2-2" && p.Spec.NodeName != "a2-3" {
+				t.Errorf("%s on %s, want block-1 (a2-2, a2-3)", p.Name, p.Spec.NodeName)
+			}
+			halves := map[string]bool{}
+			for _, r := range e.claimResults(p, "npus") {
+				halves[stringAttr(ix.of(r), "accelerator.strata.sh/partition4")] = true
+			}
+			if len(halves) != 1 {
+				t.Errorf("%s spans HCCS groups %v", p.Name, halves)
+			}
+		}
+	})
+
 	t.Run("hccs", func(t *testing.T) {
 		e := e.with(t)
 		defer e.deleteAllPods()
