@@ -21,7 +21,7 @@ ARG LDFLAGS=""
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" \
     go build -trimpath -ldflags "${LDFLAGS}" -o /out/ \
-        ./cmd/strata-scheduler ./cmd/strata-controller ./cmd/nvidia-kubelet-plugin ./cmd/rdma-kubelet-plugin
+        ./cmd/strata-scheduler ./cmd/strata-controller ./cmd/nvidia-kubelet-plugin ./cmd/rdma-kubelet-plugin ./cmd/ascend-kubelet-plugin
 
 # kube-scheduler with Strata's plugins; needs no privileges.
 FROM gcr.io/distroless/base-debian12:nonroot AS strata-scheduler
@@ -47,3 +47,10 @@ ENTRYPOINT ["/usr/bin/nvidia-kubelet-plugin"]
 FROM gcr.io/distroless/base-debian12 AS rdma-kubelet-plugin
 COPY --from=build /out/rdma-kubelet-plugin /usr/bin/rdma-kubelet-plugin
 ENTRYPOINT ["/usr/bin/rdma-kubelet-plugin"]
+
+# The Ascend kubelet plugin runs as root: it writes CDI specs and creates
+# and destroys vNPUs with the host's npu-smi, which its DaemonSet mounts
+# with the driver root.
+FROM gcr.io/distroless/base-debian12 AS ascend-kubelet-plugin
+COPY --from=build /out/ascend-kubelet-plugin /usr/bin/ascend-kubelet-plugin
+ENTRYPOINT ["/usr/bin/ascend-kubelet-plugin"]

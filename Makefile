@@ -61,7 +61,7 @@ bench-sim:
 CONTAINER_TOOL ?= docker
 IMAGE_REGISTRY ?= ghcr.io/strata-sh
 IMAGE_TAG ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-IMAGES := strata-scheduler strata-controller nvidia-kubelet-plugin rdma-kubelet-plugin
+IMAGES := strata-scheduler strata-controller nvidia-kubelet-plugin rdma-kubelet-plugin ascend-kubelet-plugin
 
 images:
 	for i in $(IMAGES); do \
