@@ -217,6 +217,20 @@ func TestMistakesAreRefusedWithTheirField(t *testing.T) {
 			want: `spec.devices.config[0].opaque.parameters: decode NicConfig: unknown field "vf.vlanId"`,
 		},
 		{
+			name: "ResourceClaim, Ascend driver mode",
+			path: DeviceConfigsPath, kind: claimKind,
+			bad:  claim(vfRequest, `{"opaque":{"driver":"ascend.strata.sh","parameters":{"apiVersion":"config.strata.sh/v1alpha1","kind":"NpuConfig","driver":"Copy"}}}`),
+			good: claim(vfRequest, `{"opaque":{"driver":"ascend.strata.sh","parameters":{"apiVersion":"config.strata.sh/v1alpha1","kind":"NpuConfig","driver":"None"}}}`),
+			want: `spec.devices.config[0].opaque.parameters: driver: Unsupported value: "Copy": supported values: "Mount", "None"`,
+		},
+		{
+			name: "ResourceClaim, Ascend unknown field",
+			path: DeviceConfigsPath, kind: claimKind,
+			bad:  claim(vfRequest, `{"opaque":{"driver":"ascend.strata.sh","parameters":{"apiVersion":"config.strata.sh/v1alpha1","kind":"NpuConfig","vnpu":{}}}}`),
+			good: claim(vfRequest, `{"opaque":{"driver":"ascend.strata.sh","parameters":{"apiVersion":"config.strata.sh/v1alpha1","kind":"NpuConfig"}}}`),
+			want: `spec.devices.config[0].opaque.parameters: decode NpuConfig: unknown field "vnpu"`,
+		},
+		{
 			name: "ResourceClaim, RDMA VLAN out of range",
 			path: DeviceConfigsPath, kind: claimKind,
 			bad:  claim(vfRequest, rdma(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"NicConfig","vf":{"vlan":5000}}`)),

@@ -28,6 +28,8 @@ const (
 	nicClass = "rdma-nic.strata.sh"
 	// vfClass is the DeviceClass of SR-IOV virtual functions, which do.
 	vfClass = "rdma-vf.strata.sh"
+
+	ascendDriver = "ascend.strata.sh"
 )
 
 // configRule is what admission checks of one driver's opaque configs:
@@ -69,6 +71,14 @@ var configRules = []configRule{
 		section: "vf", only: "only SR-IOV virtual functions (DeviceClass " + vfClass + ") take a vf section",
 		class: nicClass, devices: "RDMA NICs",
 	},
+	{
+		driver: ascendDriver,
+		// Every Ascend device takes every NpuConfig field.
+		decode: func(raw []byte) (bool, error) {
+			_, err := configv1alpha1.DecodeNpuConfig(raw)
+			return false, err
+		},
+	},
 }
 
 // validateDeviceConfigs checks the opaque configs of Strata's drivers in
@@ -76,8 +86,9 @@ var configRules = []configRule{
 // (spec.spec.devices.config) or a DeviceClass (spec.config): an
 // nvidia.strata.sh config decodes strictly into a GpuConfig and asks for
 // no sharing on a MIG device; an rdma.strata.sh config decodes strictly
-// into a NicConfig and has no vf section for a NIC. Other drivers'
-// configs are allowed as they are.
+// into a NicConfig and has no vf section for a NIC; an ascend.strata.sh
+// config decodes strictly into an NpuConfig. Other drivers' configs are
+// allowed as they are.
 func validateDeviceConfigs(_ context.Context, req admission.Request) admission.Response {
 	if req.Kind.Group != resourcev1.GroupName || req.Kind.Version != "v1" {
 		return admission.Allowed("").WithWarnings(fmt.Sprintf("strata-controller validates resource.k8s.io/v1 only, not %s/%s", req.Kind.Group, req.Kind.Version))

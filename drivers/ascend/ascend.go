@@ -51,6 +51,11 @@ type Config struct {
 	// StateDir holds the ledger of vNPUs the plugin made (normally the
 	// plugin data directory, shared by the instances of a rolling update).
 	StateDir string
+	// DriverRoot and NPUSMI are the host paths of the Ascend driver's
+	// install root and of npu-smi, mounted into containers unless a
+	// claim's NpuConfig says driver: None. Empty leaves them out.
+	DriverRoot string
+	NPUSMI     string
 }
 
 // npu is a discovered chip with what the backend derived from it.

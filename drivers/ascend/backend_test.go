@@ -270,3 +270,57 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 		t.Errorf("ledger %+v (%v), want c1's entry only", ledger, err)
 	}
 }
+
+func TestDriverMountsFollowTheConfig(t *testing.T) {
+	tool := newTool(t)
+	ctx, b := newBackend(t, tool, t.TempDir())
+	b.cfg.DriverRoot, b.cfg.NPUSMI = "/usr/local/Ascend/driver", "/usr/local/bin/npu-smi"
+	h := b.ConfigHandler()
+	effective := func(raws ...string) any {
+		var decoded []any
+		for _, raw := range raws {
+			v, err := h.Decode([]byte(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			decoded = append(decoded, v)
+		}
+		cfg, err := h.Effective(decoded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	const none = `{"apiVersion":"config.strata.sh/v1alpha1","kind":"NpuConfig","driver":"None"}`
+	const mount = `{"apiVersion":"config.strata.sh/v1alpha1","kind":"NpuConfig","driver":"Mount"}`
+	for name, tc := range map[string]struct {
+		config any
+		mounts []string
+	}{
+		"default":                 {effective(), []string{"/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/version.info", "/usr/local/Ascend/driver/include", "/usr/local/dcmi", "/usr/local/bin/npu-smi"}},
+		"none":                    {effective(none), nil},
+		"class none, claim mount": {effective(none, mount), []string{"/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/version.info", "/usr/local/Ascend/driver/include", "/usr/local/dcmi", "/usr/local/bin/npu-smi"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req := request("c-"+strings.ReplaceAll(name, " ", "-"), "npu-6")
+			req.Devices[0].Config = tc.config
+			resp, err := b.Prepare(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, m := range resp.Common.Mounts {
+				if m.HostPath != m.ContainerPath || !slices.Contains(m.Options, "ro") {
+					t.Errorf("mount %+v is not read-only at the host path", m)
+				}
+				got = append(got, m.ContainerPath)
+			}
+			if !slices.Equal(got, tc.mounts) {
+				t.Errorf("mounts %v, want %v", got, tc.mounts)
+			}
+		})
+	}
+	if _, err := h.Decode([]byte(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"NpuConfig","driver":"Copy"}`)); err == nil || !strings.Contains(err.Error(), "driver: Unsupported value") {
+		t.Errorf("bad driver mode: %v", err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	configv1alpha1 "github.com/strata-sh/strata/api/config/v1alpha1"
 	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/plugin"
 )
@@ -184,6 +185,7 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 		}
 		resp.Devices = append(resp.Devices, out)
 	}
+	resp.Common.Mounts = b.driverMounts(req.Devices)
 	resp.Common.DeviceNodes = []*cdispec.DeviceNode{
 		b.node("davinci_manager", b.major.manager, 0),
 		b.node("devmm_svm", b.major.svm, 0),
@@ -320,6 +322,56 @@ func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) e
 		errs = append(errs, b.unprepareLocked(ctx, plugin.ClaimRef{UID: uid}, nil))
 	}
 	return errors.Join(errs...)
+}
+
+// configHandler decodes NpuConfigs for the plugin core.
+type configHandler struct{}
+
+// ConfigHandler implements plugin.Configurable.
+func (b *Backend) ConfigHandler() plugin.ConfigHandler { return configHandler{} }
+
+// Decode implements plugin.ConfigHandler.
+func (configHandler) Decode(raw []byte) (any, error) { return configv1alpha1.DecodeNpuConfig(raw) }
+
+// Effective implements plugin.ConfigHandler: the last config that sets
+// the driver mode wins; the default mounts the driver.
+func (configHandler) Effective(configs []any) (any, error) {
+	out := &configv1alpha1.NpuConfig{Driver: configv1alpha1.NpuDriverMount}
+	for _, c := range configs {
+		if d := c.(*configv1alpha1.NpuConfig).Driver; d != "" {
+			out.Driver = d
+		}
+	}
+	return out, nil
+}
+
+// driverMounts are the host driver's user space, which Ascend's container
+// runtime mounts into every NPU container: mounted unless every device of
+// the claim is configured with driver: None.
+func (b *Backend) driverMounts(devices []plugin.AllocatedDevice) []*cdispec.Mount {
+	mount := false
+	for _, a := range devices {
+		cfg, _ := a.Config.(*configv1alpha1.NpuConfig)
+		if cfg == nil || cfg.Driver != configv1alpha1.NpuDriverNone {
+			mount = true
+		}
+	}
+	if !mount || b.cfg.DriverRoot == "" {
+		return nil
+	}
+	var paths []string
+	for _, p := range []string{"lib64", "version.info", "include"} {
+		paths = append(paths, filepath.Join(b.cfg.DriverRoot, p))
+	}
+	paths = append(paths, "/usr/local/dcmi")
+	if b.cfg.NPUSMI != "" {
+		paths = append(paths, b.cfg.NPUSMI)
+	}
+	out := make([]*cdispec.Mount, 0, len(paths))
+	for _, p := range paths {
+		out = append(out, &cdispec.Mount{HostPath: p, ContainerPath: p, Options: []string{"ro", "nosuid", "nodev", "bind"}})
+	}
+	return out
 }
 
 func (b *Backend) node(name string, major, minor int64) *cdispec.DeviceNode {

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/strata-sh/strata/drivers/ascend"
 	"github.com/strata-sh/strata/drivers/ascend/npusmi"
@@ -91,6 +92,21 @@ func TestAscend(t *testing.T) {
 		}
 		if !slices.Contains(view.Env, "ASCEND_VISIBLE_DEVICES="+strings.Join(phys, ",")) {
 			t.Errorf("container env %v, want ASCEND_VISIBLE_DEVICES=%s", view.Env, strings.Join(phys, ","))
+		}
+		// The host driver's user space, as Ascend's container runtime
+		// mounts it (no NpuConfig: driver Mount).
+		if !slices.Contains(view.Mounts, "/usr/local/Ascend/driver/lib64") || !slices.Contains(view.Mounts, "/usr/local/bin/npu-smi") {
+			t.Errorf("container mounts %v lack the driver's libraries and npu-smi", view.Mounts)
+		}
+	})
+
+	t.Run("bad-config", func(t *testing.T) {
+		e := e.with(t)
+		params := runtime.RawExtension{Raw: []byte(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"NpuConfig","driver":"Copy"}`)}
+		tmpl := testutil.MakeClaimSpec().Request("npu", npuClass, 1).Config(ascend.DriverName, params).Template("default", "bad-npu-config")
+		_, err := e.client.ResourceV1().ResourceClaimTemplates("default").Create(e.ctx, tmpl, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "opaque.parameters: driver: Unsupported value") {
+			t.Errorf("NpuConfig driver Copy: %v, want a refusal naming the driver field", err)
 		}
 	})
 

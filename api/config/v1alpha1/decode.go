@@ -152,3 +152,29 @@ func (c *NicConfig) Validate() field.ErrorList {
 	}
 	return errs
 }
+
+// DecodeNpuConfig decodes an ascend.strata.sh opaque config strictly, as
+// DecodeGpuConfig does, and validates it.
+func DecodeNpuConfig(raw []byte) (*NpuConfig, error) {
+	cfg := &NpuConfig{}
+	if err := decode.Strict(raw, cfg); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", NpuConfigKind, err)
+	}
+	if gvk := cfg.GroupVersionKind(); gvk != GroupVersion.WithKind(NpuConfigKind) {
+		return nil, fmt.Errorf("opaque config has apiVersion %q and kind %q, want %s and %s",
+			cfg.APIVersion, cfg.Kind, GroupVersion.String(), NpuConfigKind)
+	}
+	if errs := cfg.Validate(); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return cfg, nil
+}
+
+// Validate checks the config.
+func (c *NpuConfig) Validate() field.ErrorList {
+	switch c.Driver {
+	case "", NpuDriverMount, NpuDriverNone:
+		return nil
+	}
+	return field.ErrorList{field.NotSupported(field.NewPath("driver"), c.Driver, []NpuDriverMode{NpuDriverMount, NpuDriverNone})}
+}

@@ -89,6 +89,10 @@ func Start(ctx context.Context, o Options, client kubernetes.Interface, host Hos
 		ProcRoot:  o.ProcRoot,
 		DevRoot:   o.DevRoot,
 		StateDir:  o.PluginDataDir,
+		// Containers see the driver at the host paths the chart mounts
+		// it at in the plugin's pod.
+		DriverRoot: o.DriverRoot,
+		NPUSMI:     o.NPUSMI,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("Ascend backend: %w", err)
