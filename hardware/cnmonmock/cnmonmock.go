@@ -161,7 +161,7 @@ func (n *CNMON) Run(ctx context.Context, args ...string) ([]byte, error) {
 	n.cmds = append(n.cmds, append([]string{}, args...))
 	out, code := n.dispatch(args)
 	if code != 0 {
-		return []byte(out), &cnmon.ExitError{Args: append([]string(nil), args...), Code: code}
+		return []byte(out), &cnmon.ExitError{Tool: "cnmon", Args: append([]string(nil), args...), Code: code}
 	}
 	return []byte(out), nil
 }

@@ -111,7 +111,7 @@ func (n *NPUSMI) Run(ctx context.Context, args ...string) ([]byte, error) {
 	n.cmds = append(n.cmds, append([]string(nil), args...))
 	out, code := n.dispatch(args)
 	if code != 0 {
-		return []byte(out), &npusmi.ExitError{Args: append([]string(nil), args...), Code: code}
+		return []byte(out), &npusmi.ExitError{Tool: "npu-smi", Args: append([]string(nil), args...), Code: code}
 	}
 	return []byte(out), nil
 }

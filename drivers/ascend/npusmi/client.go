@@ -2,10 +2,11 @@ package npusmi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/strata-sh/strata/drivers/vendortool"
 )
 
 // Client runs npu-smi queries and vNPU operations through a Runner.
@@ -20,28 +21,7 @@ func (c *Client) run(ctx context.Context, args ...string) ([]byte, error) {
 	if err == nil {
 		return out, nil
 	}
-	var ee *ExitError
-	if !errors.As(err, &ee) { // an ExitError names the command itself
-		err = fmt.Errorf("npu-smi %s: %w", strings.Join(args, " "), err)
-	}
-	if fl := failureText(out); fl != "" {
-		err = fmt.Errorf("%w: %s", err, fl)
-	}
-	return out, err
-}
-
-// failureText quotes up to the first two non-blank output lines.
-func failureText(out []byte) string {
-	var ls []string
-	for _, l := range lines(out) {
-		if t := strings.TrimSpace(l); t != "" {
-			ls = append(ls, strconv.Quote(t))
-			if len(ls) == 2 {
-				break
-			}
-		}
-	}
-	return strings.Join(ls, ", ")
+	return out, vendortool.Failed(tool, args, out, err)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

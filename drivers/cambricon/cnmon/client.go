@@ -2,10 +2,11 @@ package cnmon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/strata-sh/strata/drivers/vendortool"
 )
 
 // SMLUSyntax builds the argument lists of cnmon's sMLU commands. No public
@@ -73,28 +74,7 @@ func (c *Client) run(ctx context.Context, args ...string) ([]byte, error) {
 		}
 		return out, nil
 	}
-	var ee *ExitError
-	if !errors.As(err, &ee) { // an ExitError names the command itself
-		err = fmt.Errorf("cnmon %s: %w", strings.Join(args, " "), err)
-	}
-	if fl := failureText(out); fl != "" {
-		err = fmt.Errorf("%w: %s", err, fl)
-	}
-	return out, err
-}
-
-// failureText quotes up to the first two non-blank output lines.
-func failureText(out []byte) string {
-	var ls []string
-	for _, l := range lines(out) {
-		if t := strings.TrimSpace(l); t != "" {
-			ls = append(ls, strconv.Quote(t))
-			if len(ls) == 2 {
-				break
-			}
-		}
-	}
-	return strings.Join(ls, ", ")
+	return out, vendortool.Failed(tool, args, out, err)
 }
 
 // Summary runs plain cnmon.

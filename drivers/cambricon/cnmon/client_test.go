@@ -28,7 +28,7 @@ func (r *replay) Run(_ context.Context, args ...string) ([]byte, error) {
 	}
 	out := read(r.t, r.dir, name)
 	if code := r.codes[cmd]; code != 0 {
-		return out, &ExitError{Args: args, Code: code}
+		return out, &ExitError{Tool: tool, Args: args, Code: code}
 	}
 	return out, nil
 }

@@ -1,12 +1,9 @@
 package cnmon
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"os/exec"
-	"strings"
+
+	"github.com/strata-sh/strata/drivers/vendortool"
 )
 
 // DefaultBinary is where the Cambricon driver package installs cnmon
@@ -14,43 +11,18 @@ import (
 // packages install and remove /usr/bin/cnmon).
 const DefaultBinary = "/usr/bin/cnmon"
 
+// tool names cnmon in messages.
+const tool = "cnmon"
+
 // Runner runs cnmon with the given arguments and returns what it printed on
 // stdout. A non-zero exit is an error; the output is returned with it, since
 // cnmon prints its reasons on stdout.
-type Runner interface {
-	Run(ctx context.Context, args ...string) ([]byte, error)
-}
+type Runner = vendortool.Runner
 
-// ExitError reports that cnmon exited with a non-zero status.
-type ExitError struct {
-	Args []string
-	// Code is the exit status. cnmon's statuses are not documented
-	// publicly; callers should go by the output (see the package
-	// documentation).
-	Code int
-	// Stderr is what the command wrote on stderr, trimmed.
-	Stderr string
-	// Err is the underlying error, if any.
-	Err error
-}
-
-func (e *ExitError) Error() string {
-	var b strings.Builder
-	b.WriteString("cnmon")
-	if len(e.Args) > 0 {
-		b.WriteString(" " + strings.Join(e.Args, " "))
-	}
-	fmt.Fprintf(&b, ": exit status %d", e.Code)
-	if e.Stderr != "" {
-		fmt.Fprintf(&b, ": %s", e.Stderr)
-	}
-	return b.String()
-}
-
-func (e *ExitError) Unwrap() error { return e.Err }
-
-// ExitCode returns the exit status, like os/exec's ExitError.
-func (e *ExitError) ExitCode() int { return e.Code }
+// ExitError reports that cnmon exited with a non-zero status. cnmon's
+// statuses are not documented publicly; callers should go by the output
+// (see the package documentation).
+type ExitError = vendortool.ExitError
 
 // Exec runs the real cnmon binary.
 type Exec struct {
@@ -66,17 +38,5 @@ func (e Exec) Run(ctx context.Context, args ...string) ([]byte, error) {
 	if bin == "" {
 		bin = DefaultBinary
 	}
-	cmd := exec.CommandContext(ctx, bin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if err == nil {
-		return stdout.Bytes(), nil
-	}
-	ee := &ExitError{Args: args, Code: -1, Stderr: strings.TrimSpace(stderr.String()), Err: err}
-	var xe *exec.ExitError
-	if errors.As(err, &xe) {
-		ee.Code = xe.ExitCode()
-	}
-	return stdout.Bytes(), ee
+	return vendortool.Exec{Tool: tool, Binary: bin}.Run(ctx, args...)
 }
