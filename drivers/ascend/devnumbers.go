@@ -1,12 +1,10 @@
 package ascend
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
+
+	"github.com/strata-sh/strata/drivers/plugin"
 )
 
 // majors are the character device majors the Ascend driver registered,
@@ -27,39 +25,13 @@ const (
 )
 
 func readMajors(procRoot string) (majors, error) {
-	path := filepath.Join(procRoot, "devices")
-	f, err := os.Open(path)
+	all, err := plugin.CharDeviceMajors(procRoot)
 	if err != nil {
-		return majors{}, fmt.Errorf("read device majors: %w", err)
-	}
-	defer f.Close()
-	var m majors
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) != 2 {
-			continue
-		}
-		n, err := strconv.ParseInt(fields[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch fields[1] {
-		case procDavinci:
-			m.davinci = n
-		case procManager:
-			m.manager = n
-		case procSVM:
-			m.svm = n
-		case procHDC:
-			m.hdc = n
-		}
-	}
-	if err := sc.Err(); err != nil {
 		return majors{}, err
 	}
+	m := majors{davinci: all[procDavinci], manager: all[procManager], svm: all[procSVM], hdc: all[procHDC]}
 	if m.davinci == 0 || m.manager == 0 {
-		return majors{}, fmt.Errorf("%s lists no %s or %s character device: is the Ascend driver loaded?", path, procDavinci, procManager)
+		return majors{}, fmt.Errorf("%s lists no %s or %s character device: is the Ascend driver loaded?", filepath.Join(procRoot, "devices"), procDavinci, procManager)
 	}
 	return m, nil
 }

@@ -1,13 +1,14 @@
 package nvidia
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/strata-sh/strata/drivers/plugin"
 )
 
 // devNumbers are the character device numbers the NVIDIA kernel modules
@@ -22,37 +23,16 @@ type devNumbers struct {
 }
 
 func readDevNumbers(procRoot string) (devNumbers, error) {
-	path := filepath.Join(procRoot, "devices")
-	f, err := os.Open(path)
+	all, err := plugin.CharDeviceMajors(procRoot)
 	if err != nil {
-		return devNumbers{}, fmt.Errorf("read device majors: %w", err)
-	}
-	defer f.Close()
-	var d devNumbers
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) != 2 {
-			continue
-		}
-		n, err := strconv.ParseInt(fields[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch fields[1] {
-		case "nvidia-frontend", "nvidia":
-			d.nvidia = n
-		case "nvidia-uvm":
-			d.uvm = n
-		case "nvidia-caps":
-			d.caps = n
-		}
-	}
-	if err := sc.Err(); err != nil {
 		return devNumbers{}, err
 	}
+	d := devNumbers{nvidia: all["nvidia-frontend"], uvm: all["nvidia-uvm"], caps: all["nvidia-caps"]}
+	if d.nvidia == 0 {
+		d.nvidia = all["nvidia"]
+	}
 	if d.nvidia == 0 || d.uvm == 0 {
-		return devNumbers{}, fmt.Errorf("%s lists no nvidia or nvidia-uvm character device: is the NVIDIA driver loaded?", path)
+		return devNumbers{}, fmt.Errorf("%s lists no nvidia or nvidia-uvm character device: is the NVIDIA driver loaded?", filepath.Join(procRoot, "devices"))
 	}
 	d.migMinors, err = readMIGMinors(filepath.Join(procRoot, "driver", "nvidia-caps", "mig-minors"))
 	return d, err

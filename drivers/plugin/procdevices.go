@@ -1,0 +1,43 @@
+package plugin
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// CharDeviceMajors reads the character device majors the kernel's drivers
+// registered, by name, from <procRoot>/devices. Drivers whose majors are
+// dynamic (most accelerator drivers) are only found there.
+func CharDeviceMajors(procRoot string) (map[string]int64, error) {
+	path := filepath.Join(procRoot, "devices")
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read device majors: %w", err)
+	}
+	defer f.Close()
+	out := map[string]int64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "Block devices") {
+			break
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			continue
+		}
+		n, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		out[fields[1]] = n
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return out, nil
+}
