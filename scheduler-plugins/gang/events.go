@@ -79,11 +79,28 @@ func (p *Plugin) hintPodUpdated(_ klog.Logger, pod *corev1.Pod, oldObj, newObj a
 	if finished(newPod) && (oldPod == nil || !finished(oldPod)) {
 		return fwk.Queue, nil
 	}
+	// The ResourceClaim controller names a member's generated claims in
+	// its status after creating them. The claim's own event can reach the
+	// queue before that status does, and the member is then refused again
+	// as "waiting for the ResourceClaim"; without this it would wait for
+	// the queue's periodic flush.
+	if claimStatusesChanged(oldPod, newPod) && (newPod.UID == pod.UID || p.inGroup(pod, newPod)) {
+		return fwk.Queue, nil
+	}
 	if newPod.UID != pod.UID && p.inGroup(pod, newPod) && (oldPod == nil || oldPod.Spec.NodeName != newPod.Spec.NodeName ||
 		!reflect.DeepEqual(oldPod.Labels, newPod.Labels) || oldPod.Status.NominatedNodeName != newPod.Status.NominatedNodeName) {
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil
+}
+
+// claimStatusesChanged says whether an update named generated claims.
+func claimStatusesChanged(o, n *corev1.Pod) bool {
+	if o == nil {
+		return len(n.Status.ResourceClaimStatuses) > 0 || n.Status.ExtendedResourceClaimStatus != nil
+	}
+	return !reflect.DeepEqual(o.Status.ResourceClaimStatuses, n.Status.ResourceClaimStatuses) ||
+		!reflect.DeepEqual(o.Status.ExtendedResourceClaimStatus, n.Status.ExtendedResourceClaimStatus)
 }
 
 func finished(p *corev1.Pod) bool {
