@@ -10,6 +10,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/strata-sh/strata/drivers/pci"
 	"github.com/strata-sh/strata/drivers/rdma"
@@ -395,9 +396,15 @@ func TestWatchHealth(t *testing.T) {
 		t.Fatalf("%s tainted before its port went down: %+v", target, got)
 	}
 
-	// Nothing changes: no report over many intervals.
+	// Nothing changes: no report over many checks (waited for as proof
+	// that the watcher looked).
 	w := watch(ctx, n.b)
-	time.Sleep(20 * interval)
+	start := rdma.Probes(n.b)
+	if err := wait.PollUntilContextTimeout(ctx, interval, 10*time.Second, true, func(context.Context) (bool, error) {
+		return rdma.Probes(n.b) >= start+20, nil
+	}); err != nil {
+		t.Fatalf("WatchHealth made %d checks in 10s: %v", rdma.Probes(n.b)-start, err)
+	}
 	if c := w.count(); c != 0 {
 		t.Errorf("WatchHealth reported %d changes while every port stayed ACTIVE", c)
 	}

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -73,6 +74,9 @@ type Backend struct {
 	rdmaCM devNumber
 	// states are the port states last published, by device name.
 	states map[string]string
+	// probes counts the health checks made, so that a test can tell a
+	// quiet port from a watcher that never looked.
+	probes atomic.Int64
 }
 
 var (
@@ -167,6 +171,7 @@ func (b *Backend) WatchHealth(ctx context.Context, changed func()) {
 func (b *Backend) statesChanged() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.probes.Add(1)
 	for _, p := range b.ports {
 		dir := b.cfg.SysfsRoot + "/class/infiniband/" + p.rdmaDev + "/ports/1/state"
 		if s := stateName(readTrim(dir)); s != b.states[p.name] {
