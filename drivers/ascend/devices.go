@@ -74,10 +74,14 @@ func counterSetName(n *npu) string { return npuName(n) }
 func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	ledger, err := b.readLedger()
+	if err != nil {
+		return nil, err
+	}
 	inv := &plugin.Inventory{}
 	b.devs = map[string]*device{}
 	for _, n := range b.npus {
-		usable, foreign, err := b.chipResourcesLocked(ctx, n)
+		usable, foreign, err := b.chipResourcesLocked(ctx, n, ledger)
 		if err != nil {
 			return nil, err
 		}

@@ -87,14 +87,10 @@ func (b *Backend) writeLedger(entries []vnpu) error {
 // free figures plus what existing vNPUs hold, by counter; a column npu-smi
 // does not report is left out) and the templates of the vNPUs that are
 // not in the ledger: an operator's, which hold their share of the chip.
-func (b *Backend) chipResourcesLocked(ctx context.Context, n *npu) (map[string]int64, []npusmi.Template, error) {
+func (b *Backend) chipResourcesLocked(ctx context.Context, n *npu, ledger []vnpu) (map[string]int64, []npusmi.Template, error) {
 	info, err := b.cfg.Tool.VNPUInfo(ctx, n.Card, n.chipID())
 	if err != nil {
 		return nil, nil, fmt.Errorf("NPU %d: vNPU resources: %w", n.PhyID, err)
-	}
-	ledger, err := b.readLedger()
-	if err != nil {
-		return nil, nil, err
 	}
 	var existing, foreign []npusmi.Template
 	for _, v := range info.VNPUs {

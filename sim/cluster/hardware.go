@@ -14,6 +14,7 @@ import (
 	ascendapp "github.com/strata-sh/strata/drivers/ascend/app"
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/drivers/nvidia/app"
+	"github.com/strata-sh/strata/drivers/plugin"
 	"github.com/strata-sh/strata/drivers/rdma"
 	rdmaapp "github.com/strata-sh/strata/drivers/rdma/app"
 	"github.com/strata-sh/strata/hardware"
@@ -153,19 +154,14 @@ func writeMachineOnce(dir string, m hardware.Machine) error {
 // composition root, with the node's directories and its mock hardware.
 func (hw *NodeHardware) startNVIDIA(ctx context.Context, env node.PluginEnv) (node.Plugin, error) {
 	o := app.NewOptions()
-	o.NodeName, o.NodeUID = env.NodeName, env.NodeUID
-	o.PluginDataDir = env.PluginDir(nvidia.DriverName)
-	o.RegistrarDir = env.RegistryDir
-	o.CDIDir = env.CDIDir
+	o.Options = pluginOptions(o.Options, env, nvidia.DriverName)
 	o.SysfsRoot = filepath.Join(hw.machineDir(env), hardware.SysDir)
 	o.ProcRoot = filepath.Join(hw.machineDir(env), hardware.ProcDir)
 	o.DevRoot = env.Root
-	o.BootIDPath = filepath.Join(env.Root, hardware.BootIDFile)
 	o.FabricPartitionsFile = filepath.Join(hw.machineDir(env), hardware.FabricPartitionsFile)
 	o.HAMiCoreLibrary = filepath.Join(env.Root, "usr/local/vgpu/libvgpu.so")
 	o.MIGMode = string(hw.MIG)
 	o.HealthInterval, o.XIDHoldDown = HealthInterval, XIDHoldDown
-	o.MetricsAddress = ""
 	return app.Start(ctx, o, env.Client, app.Host{NVML: hw.NVML, MPS: hw.MPS, TimeSlice: hw.TimeSlices, Events: env.Events})
 }
 
@@ -173,15 +169,10 @@ func (hw *NodeHardware) startNVIDIA(ctx context.Context, env node.PluginEnv) (no
 // composition root, with the node's directories and its fake links.
 func (hw *NodeHardware) startRDMA(ctx context.Context, env node.PluginEnv) (node.Plugin, error) {
 	o := rdmaapp.NewOptions()
-	o.NodeName, o.NodeUID = env.NodeName, env.NodeUID
-	o.PluginDataDir = env.PluginDir(rdma.DriverName)
-	o.RegistrarDir = env.RegistryDir
-	o.CDIDir = env.CDIDir
+	o.Options = pluginOptions(o.Options, env, rdma.DriverName)
 	o.SysfsRoot = filepath.Join(hw.machineDir(env), hardware.SysDir)
 	o.DevRoot = env.Root
-	o.BootIDPath = filepath.Join(env.Root, hardware.BootIDFile)
 	o.HealthInterval = HealthInterval
-	o.MetricsAddress = ""
 	return rdmaapp.Start(ctx, o, env.Client, rdmaapp.Host{Links: hw.Links, Events: env.Events})
 }
 
@@ -189,16 +180,23 @@ func (hw *NodeHardware) startRDMA(ctx context.Context, env node.PluginEnv) (node
 // composition root, with the node's directories and its npu-smi fake.
 func (hw *NodeHardware) startAscend(ctx context.Context, env node.PluginEnv) (node.Plugin, error) {
 	o := ascendapp.NewOptions()
-	o.NodeName, o.NodeUID = env.NodeName, env.NodeUID
-	o.PluginDataDir = env.PluginDir(ascend.DriverName)
-	o.RegistrarDir = env.RegistryDir
-	o.CDIDir = env.CDIDir
+	o.Options = pluginOptions(o.Options, env, ascend.DriverName)
 	o.SysfsRoot = filepath.Join(hw.machineDir(env), hardware.SysDir)
 	o.ProcRoot = filepath.Join(hw.machineDir(env), hardware.ProcDir)
 	o.DevRoot = env.Root
+	return ascendapp.Start(ctx, o, env.Client, ascendapp.Host{NPUSMI: hw.NPUSMI, Events: env.Events})
+}
+
+// pluginOptions sets what every plugin on a simulated node takes from the
+// node: its name and UID, its folders and boot id; no metrics server.
+func pluginOptions(o plugin.Options, env node.PluginEnv, driver string) plugin.Options {
+	o.NodeName, o.NodeUID = env.NodeName, env.NodeUID
+	o.PluginDataDir = env.PluginDir(driver)
+	o.RegistrarDir = env.RegistryDir
+	o.CDIDir = env.CDIDir
 	o.BootIDPath = filepath.Join(env.Root, hardware.BootIDFile)
 	o.MetricsAddress = ""
-	return ascendapp.Start(ctx, o, env.Client, ascendapp.Host{NPUSMI: hw.NPUSMI, Events: env.Events})
+	return o
 }
 
 // applyMIGConfig makes the instances a MIG manager would have made.
