@@ -10,9 +10,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/dynamic-resource-allocation/cel"
-	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -66,13 +63,6 @@ func BenchmarkAllocateNPU(b *testing.B) {
 	}
 	claims["half"].Spec.Devices.Constraints = []resourceapi.DeviceConstraint{{Requests: []string{"r"}, MatchAttribute: ptr.To(resourceapi.FullyQualifiedName("accelerator.strata.sh/partition4"))}}
 	classes := testutil.StrataClasses(b)
-	features := structured.Features{ConsumableCapacity: true, DeviceTaints: true, PartitionableDevices: true, PrioritizedList: true}
-	celCache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: true})
-	state := structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
 	for _, layout := range []string{"whole-only", "templates"} {
 		for _, claimName := range []string{"npu", "half", "vnpu"} {
 			if layout == "whole-only" && claimName == "vnpu" {
@@ -92,19 +82,7 @@ func BenchmarkAllocateNPU(b *testing.B) {
 				}
 				claim := claims[claimName]
 				b.Run(fmt.Sprintf("layout=%s/claim=%s/nodes=%d", layout, claimName, nodes), func(b *testing.B) {
-					b.ReportAllocs()
-					for b.Loop() {
-						alloc, err := structured.NewAllocator(ctx, features, state, classes, slices, celCache)
-						if err != nil {
-							b.Fatal(err)
-						}
-						for _, n := range nodeObjs {
-							res, err := alloc.Allocate(ctx, n, []*resourceapi.ResourceClaim{claim})
-							if err != nil || len(res) != 1 {
-								b.Fatalf("allocate on %s: %v (%d results)", n.Name, err, len(res))
-							}
-						}
-					}
+					testutil.BenchmarkAllocate(b, classes, slices, nodeObjs, claim)
 				})
 			}
 		}

@@ -11,10 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/dynamic-resource-allocation/cel"
-	"k8s.io/dynamic-resource-allocation/structured"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/strata-sh/strata/drivers/plugin"
@@ -142,18 +138,10 @@ func benchClaims() map[string]*resourceapi.ResourceClaim {
 
 // BenchmarkAllocateClaim: layout (full | whole-only) × claim × nodes.
 func BenchmarkAllocateClaim(b *testing.B) {
-	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
 	def := nodeInventory(b, MIGStatic)
 	dynamic := nodeInventory(b, MIGDynamic)
 	layouts := map[string]*plugin.Inventory{"whole-only": wholeOnly(def), "default": def, "dynamic-mig": dynamic, "sparse-mig": sparseMIG(dynamic)}
 	classes := testutil.StrataClasses(b)
-	features := structured.Features{ConsumableCapacity: true, DeviceTaints: true, PartitionableDevices: true, PrioritizedList: true}
-	celCache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: true})
-	state := structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
 	for _, layout := range []string{"whole-only", "default", "dynamic-mig", "sparse-mig"} {
 		for _, claimName := range []string{"gpu", "partition4", "shared", "mig"} {
 			hasMIG := layout == "dynamic-mig" || layout == "sparse-mig"
@@ -164,19 +152,7 @@ func BenchmarkAllocateClaim(b *testing.B) {
 				slices, nodeObjs := clusterSlices(b, layouts[layout], nodes)
 				claim := benchClaims()[claimName]
 				b.Run(fmt.Sprintf("layout=%s/claim=%s/nodes=%d", layout, claimName, nodes), func(b *testing.B) {
-					b.ReportAllocs()
-					for b.Loop() {
-						alloc, err := structured.NewAllocator(ctx, features, state, classes, slices, celCache)
-						if err != nil {
-							b.Fatal(err)
-						}
-						for _, n := range nodeObjs {
-							res, err := alloc.Allocate(ctx, n, []*resourceapi.ResourceClaim{claim})
-							if err != nil || len(res) != 1 {
-								b.Fatalf("allocate on %s: %v (%d results)", n.Name, err, len(res))
-							}
-						}
-					}
+					testutil.BenchmarkAllocate(b, classes, slices, nodeObjs, claim)
 				})
 			}
 		}

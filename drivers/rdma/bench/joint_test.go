@@ -62,10 +62,6 @@ const (
 // switchAttr is the topology attribute both drivers publish.
 var switchAttr = resourceapi.FullyQualifiedName(pci.AttrPCIeSwitch)
 
-// features are those the scheduler enables in 1.37 for these devices
-// (shared NICs and GPUs need consumable capacity).
-var features = structured.Features{ConsumableCapacity: true, DeviceTaints: true, PartitionableDevices: true, PrioritizedList: true}
-
 // strataClasses loads the DeviceClasses the chart ships. Should the chart
 // lack rdma-nic.strata.sh, the class is defined here with the chart's
 // selector (and the fallback is logged).
@@ -217,14 +213,6 @@ func jointClaims() map[string]*resourceapi.ResourceClaim {
 	}
 }
 
-func emptyState() structured.AllocatedState {
-	return structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
-}
-
 // record adds an allocated device to state the way the scheduler does for
 // every allocated claim with consumable capacity enabled
 // (foreachAllocatedDevice in the DynamicResources plugin): a device
@@ -270,7 +258,7 @@ func busyState(tb testing.TB, ctx context.Context, classes testutil.ClassLister,
 		Expression: fmt.Sprintf(`device.attributes[%q].pcieSwitch == %q`, pci.TopologyDomain, gpu0Switch(tb, m)),
 	}}}
 	tenant := newClaim("tenant", []resourceapi.DeviceRequest{req})
-	alloc, err := structured.NewAllocator(ctx, features, emptyState(), classes, c.slices, cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}))
+	alloc, err := structured.NewAllocator(ctx, testutil.AllocatorFeatures, testutil.EmptyAllocatedState(), classes, c.slices, cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -282,7 +270,7 @@ func busyState(tb testing.TB, ctx context.Context, classes testutil.ClassLister,
 	if held.ShareID == nil || held.ConsumedCapacity == nil {
 		tb.Fatalf("NIC %s was allocated without a share id or consumed capacity: %+v", held.Device, held)
 	}
-	state := emptyState()
+	state := testutil.EmptyAllocatedState()
 	for _, n := range c.nodes {
 		r := *held.DeepCopy()
 		r.Pool = n.Name
@@ -320,7 +308,7 @@ func BenchmarkJointAllocation(b *testing.B) {
 			}
 			for _, n := range nodeCounts {
 				s := setups[n]
-				allocated := emptyState()
+				allocated := testutil.EmptyAllocatedState()
 				name := fmt.Sprintf("%s/nodes=%d", claimName, n)
 				if state == "busy" {
 					allocated = s.busy
@@ -329,7 +317,7 @@ func BenchmarkJointAllocation(b *testing.B) {
 				b.Run(name, func(b *testing.B) {
 					b.ReportAllocs()
 					for b.Loop() {
-						alloc, err := structured.NewAllocator(ctx, features, allocated, classes, s.slices, celCache)
+						alloc, err := structured.NewAllocator(ctx, testutil.AllocatorFeatures, allocated, classes, s.slices, celCache)
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -350,7 +338,7 @@ func BenchmarkJointAllocation(b *testing.B) {
 // returns the devices by request name, nil when it finds no allocation.
 func allocate(t *testing.T, ctx context.Context, classes testutil.ClassLister, state structured.AllocatedState, c cluster, claim *resourceapi.ResourceClaim) map[string][]resourceapi.DeviceRequestAllocationResult {
 	t.Helper()
-	alloc, err := structured.NewAllocator(ctx, features, state, classes, c.slices, cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}))
+	alloc, err := structured.NewAllocator(ctx, testutil.AllocatorFeatures, state, classes, c.slices, cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,13 +388,13 @@ func TestJointAllocation(t *testing.T) {
 			m := discover(t, hw)
 			c := buildCluster(t, m, 1)
 
-			got := allocate(t, ctx, classes, emptyState(), c, claims["gpu1+nic-switch"])
+			got := allocate(t, ctx, classes, testutil.EmptyAllocatedState(), c, claims["gpu1+nic-switch"])
 			if len(got) != 2 {
 				t.Fatalf("gpu1+nic-switch: %d devices, want 2: %+v", len(got), got)
 			}
 			pairOnSwitch(t, m, got, "nic", "gpu")
 
-			got = allocate(t, ctx, classes, emptyState(), c, claims["gpu8+nic8-rails"])
+			got = allocate(t, ctx, classes, testutil.EmptyAllocatedState(), c, claims["gpu8+nic8-rails"])
 			if len(got) != 16 {
 				t.Fatalf("gpu8+nic8-rails: %d devices, want 16: %+v", len(got), got)
 			}
@@ -420,7 +408,7 @@ func TestJointAllocation(t *testing.T) {
 				t.Errorf("gpu8+nic8-rails: %d distinct NICs and %d distinct GPUs, want 8 and 8", nics.Len(), gpus.Len())
 			}
 
-			got = allocate(t, ctx, classes, emptyState(), c, claims["gpu8+nic8-count"])
+			got = allocate(t, ctx, classes, testutil.EmptyAllocatedState(), c, claims["gpu8+nic8-count"])
 			if len(got["gpu"]) != 8 || len(got["nic"]) != 8 {
 				t.Errorf("gpu8+nic8-count: %d GPUs and %d NICs, want 8 and 8", len(got["gpu"]), len(got["nic"]))
 			}
@@ -451,11 +439,11 @@ func TestJointAllocation(t *testing.T) {
 	t.Run(hw.Name, func(t *testing.T) {
 		m := discover(t, hw)
 		c := buildCluster(t, m, 1)
-		if got := allocate(t, ctx, classes, emptyState(), c, claims["gpu1+nic-switch"]); got != nil {
+		if got := allocate(t, ctx, classes, testutil.EmptyAllocatedState(), c, claims["gpu1+nic-switch"]); got != nil {
 			t.Errorf("gpu1+nic-switch: allocated %+v, want no allocation", got)
 		}
 		free := newClaim("gpu1+nic", []resourceapi.DeviceRequest{exactly("nic", nicClass, 1), exactly("gpu", gpuClass, 1)})
-		if got := allocate(t, ctx, classes, emptyState(), c, free); len(got) != 2 {
+		if got := allocate(t, ctx, classes, testutil.EmptyAllocatedState(), c, free); len(got) != 2 {
 			t.Errorf("gpu1+nic without constraint: %+v, want a NIC and a GPU", got)
 		}
 	})
