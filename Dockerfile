@@ -21,7 +21,8 @@ ARG LDFLAGS=""
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" \
     go build -trimpath -ldflags "${LDFLAGS}" -o /out/ \
-        ./cmd/strata-scheduler ./cmd/strata-controller ./cmd/nvidia-kubelet-plugin ./cmd/rdma-kubelet-plugin ./cmd/ascend-kubelet-plugin
+        ./cmd/strata-scheduler ./cmd/strata-controller ./cmd/nvidia-kubelet-plugin ./cmd/rdma-kubelet-plugin ./cmd/ascend-kubelet-plugin \
+        ./cmd/cambricon-kubelet-plugin
 
 # kube-scheduler with Strata's plugins; needs no privileges.
 FROM gcr.io/distroless/base-debian12:nonroot AS strata-scheduler
@@ -54,3 +55,9 @@ ENTRYPOINT ["/usr/bin/rdma-kubelet-plugin"]
 FROM gcr.io/distroless/base-debian12 AS ascend-kubelet-plugin
 COPY --from=build /out/ascend-kubelet-plugin /usr/bin/ascend-kubelet-plugin
 ENTRYPOINT ["/usr/bin/ascend-kubelet-plugin"]
+
+# The Cambricon kubelet plugin runs as root: it writes CDI specs and creates
+# and destroys sMLUs with the host's cnmon, which its DaemonSet mounts.
+FROM gcr.io/distroless/base-debian12 AS cambricon-kubelet-plugin
+COPY --from=build /out/cambricon-kubelet-plugin /usr/bin/cambricon-kubelet-plugin
+ENTRYPOINT ["/usr/bin/cambricon-kubelet-plugin"]

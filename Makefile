@@ -34,7 +34,7 @@ build:
 
 ## demo: boot the demo cluster, run the demo workloads, print where they landed.
 demo:
-	$(GO) run ./cmd/strata-sim run --cluster $(DEMO_DIR)/cluster.yaml -f $(DEMO_DIR) -f deployments/examples/nvidia -f deployments/examples/gang -f deployments/examples/rdma/gpu-nic-same-switch.yaml -f deployments/examples/ascend/npu-whole.yaml --once --report table
+	$(GO) run ./cmd/strata-sim run --cluster $(DEMO_DIR)/cluster.yaml -f $(DEMO_DIR) -f deployments/examples/nvidia -f deployments/examples/gang -f deployments/examples/rdma/gpu-nic-same-switch.yaml -f deployments/examples/ascend/npu-whole.yaml -f deployments/examples/cambricon/smlu.yaml --once --report table
 
 ## test: unit tests (race detector where cheap) and the end-to-end suite.
 test: unit e2e
@@ -61,7 +61,7 @@ bench-sim:
 CONTAINER_TOOL ?= docker
 IMAGE_REGISTRY ?= ghcr.io/strata-sh
 IMAGE_TAG ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-IMAGES := strata-scheduler strata-controller nvidia-kubelet-plugin rdma-kubelet-plugin ascend-kubelet-plugin
+IMAGES := strata-scheduler strata-controller nvidia-kubelet-plugin rdma-kubelet-plugin ascend-kubelet-plugin cambricon-kubelet-plugin
 
 images:
 	for i in $(IMAGES); do \

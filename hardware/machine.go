@@ -52,7 +52,9 @@ type Machine struct {
 	// GPUModel names the GPU configuration (see package nvmlmock).
 	GPUModel string
 	// NPUModel names the Ascend chip (see package npusmimock).
-	NPUModel  string
+	NPUModel string
+	// MLUModel names the Cambricon board (see package cnmonmock).
+	MLUModel  string
 	Functions []PCIFunction
 	// NVLinkPartitions are the GPU groups (by GPU index) that the NVSwitch
 	// fabric manager offers as partitions with full NVLink bandwidth.
@@ -84,6 +86,7 @@ func Machines() map[string]Machine {
 		HGXH100CPUNICs().Name: HGXH100CPUNICs(),
 		AtlasA2().Name:        AtlasA2(),
 		Atlas800().Name:       Atlas800(),
+		MLU370X8().Name:       MLU370X8(),
 	}
 }
 

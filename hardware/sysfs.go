@@ -75,6 +75,10 @@ func WriteMachine(root string, m Machine) error {
 		procDevices += fmt.Sprintf("%3d devdrv-cdev\n%3d hisi_davinci_intf\n%3d devmm_svm\n%3d hisi_hdc\n",
 			AscendDavinciMajor, AscendManagerMajor, AscendSVMMajor, AscendHDCMajor)
 	}
+	if len(m.MLUs()) > 0 {
+		procDevices += fmt.Sprintf("%3d cambricon_ctl\n%3d cambricon_dev\n%3d cn_rpmsg\n%3d cambricon_smlu_cap\n",
+			CambriconCtlMajor, CambriconDevMajor, CambriconIPCMMajor, CambriconCapMajor)
+	}
 	if err := writeFile(filepath.Join(root, ProcDir, "devices"), procDevices); err != nil {
 		return err
 	}
@@ -112,6 +116,8 @@ func writeFunction(sys, busDir string, f PCIFunction) error {
 		vendor = vendorMellanox
 	case KindNPU:
 		vendor = vendorHuawei
+	case KindMLU:
+		vendor = vendorCambricon
 	}
 	if err := writeFile(filepath.Join(dev, "vendor"), vendor+"\n"); err != nil {
 		return err

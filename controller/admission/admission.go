@@ -7,9 +7,10 @@
 //   - /validate-podgroups: PodGroups' spec and gang annotations.
 //   - /validate-clusternetworktopologies: the layers of a
 //     ClusterNetworkTopology.
-//   - /validate-deviceconfigs: the nvidia.strata.sh and rdma.strata.sh
-//     opaque configs of ResourceClaims, ResourceClaimTemplates and
-//     DeviceClasses.
+//   - /validate-deviceconfigs: the opaque configs of ResourceClaims,
+//     ResourceClaimTemplates and DeviceClasses for nvidia.strata.sh
+//     (GpuConfig), rdma.strata.sh (NicConfig), ascend.strata.sh
+//     (NpuConfig) and cambricon.strata.sh (MluConfig).
 //
 // An update may keep a mistake the object already had (so that old
 // objects can still be relabelled or have their finalizers removed), but

@@ -65,6 +65,12 @@ func rdma(params string) string {
 	return `{"opaque":{"driver":"rdma.strata.sh","parameters":` + params + `}}`
 }
 
+// cambricon is an entry of spec.devices.config for driver
+// cambricon.strata.sh.
+func cambricon(params string) string {
+	return `{"opaque":{"driver":"cambricon.strata.sh","parameters":` + params + `}}`
+}
+
 // class is a DeviceClass named name whose config is cfg.
 func class(name, cfg string) string {
 	return `{"metadata":{"name":"` + name + `"},"spec":{"config":[` + cfg + `]}}`
@@ -81,6 +87,10 @@ const (
 	netRequest = `[{"name":"net","firstAvailable":[{"name":"vf","deviceClassName":"rdma-vf.strata.sh"},{"name":"nic","deviceClassName":"rdma-nic.strata.sh"}]}]`
 	vfConfig   = `{"apiVersion":"config.strata.sh/v1alpha1","kind":"NicConfig","vf":{"vlan":100,"vlanQoS":3,"trust":true,"spoofCheck":false,"mtu":9000,"maxTxRate":"25G"}}`
 	nicConfig  = `{"apiVersion":"config.strata.sh/v1alpha1","kind":"NicConfig"}`
+
+	mluRequest  = `[{"name":"mlu","exactly":{"deviceClassName":"cambricon-mlu.strata.sh"}}]`
+	smluRequest = `[{"name":"smlu","exactly":{"deviceClassName":"cambricon-smlu.strata.sh","capacity":{"requests":{"vcore":"50","vmemory":"4Gi"}}}}]`
+	mluConfig   = `{"apiVersion":"config.strata.sh/v1alpha1","kind":"MluConfig","cnmon":"None"}`
 )
 
 // Each class of mistake: the manifest with it is refused with a message
@@ -231,6 +241,41 @@ func TestMistakesAreRefusedWithTheirField(t *testing.T) {
 			want: `spec.devices.config[0].opaque.parameters: decode NpuConfig: unknown field "vnpu"`,
 		},
 		{
+			name: "ResourceClaim, Cambricon unknown field",
+			path: DeviceConfigsPath, kind: claimKind,
+			bad:  claim(mluRequest, cambricon(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"MluConfig","cnmon":"None","smlu":{"vcore":50}}`)),
+			good: claim(mluRequest, cambricon(mluConfig)),
+			want: `spec.devices.config[0].opaque.parameters: decode MluConfig: unknown field "smlu"`,
+		},
+		{
+			name: "ResourceClaim, Cambricon cnmon mode",
+			path: DeviceConfigsPath, kind: claimKind,
+			bad:  claim(smluRequest, cambricon(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"MluConfig","cnmon":"Sometimes"}`)),
+			good: claim(smluRequest, cambricon(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"MluConfig","cnmon":"Mount"}`)),
+			want: `spec.devices.config[0].opaque.parameters: cnmon: Unsupported value: "Sometimes": supported values: "Mount", "None"`,
+		},
+		{
+			name: "ResourceClaim, Cambricon driver given an NpuConfig",
+			path: DeviceConfigsPath, kind: claimKind,
+			bad:  claim(mluRequest, cambricon(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"NpuConfig"}`)),
+			good: claim(mluRequest, cambricon(mluConfig)),
+			want: `spec.devices.config[0].opaque.parameters: opaque config has apiVersion "config.strata.sh/v1alpha1" and kind "NpuConfig", want config.strata.sh/v1alpha1 and MluConfig`,
+		},
+		{
+			name: "ResourceClaimTemplate, Cambricon unknown field",
+			path: DeviceConfigsPath, kind: templateKind,
+			bad:  `{"metadata":{"name":"t","namespace":"ml"},"spec":{"spec":{"devices":{"requests":` + smluRequest + `,"config":[` + cambricon(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"MluConfig","cnmonn":"None"}`) + `]}}}}`,
+			good: `{"metadata":{"name":"t","namespace":"ml"},"spec":{"spec":{"devices":{"requests":` + smluRequest + `,"config":[` + cambricon(mluConfig) + `]}}}}`,
+			want: `spec.spec.devices.config[0].opaque.parameters: decode MluConfig: unknown field "cnmonn"`,
+		},
+		{
+			name: "DeviceClass, Cambricon cnmon mode",
+			path: DeviceConfigsPath, kind: classKind,
+			bad:  class("cambricon-mlu.strata.sh", cambricon(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"MluConfig","cnmon":"mount"}`)),
+			good: class("cambricon-mlu.strata.sh", cambricon(mluConfig)),
+			want: `spec.config[0].opaque.parameters: cnmon: Unsupported value: "mount"`,
+		},
+		{
 			name: "ResourceClaim, RDMA VLAN out of range",
 			path: DeviceConfigsPath, kind: claimKind,
 			bad:  claim(vfRequest, rdma(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"NicConfig","vf":{"vlan":5000}}`)),
@@ -341,6 +386,27 @@ func TestGoodRDMAConfigsAreAllowed(t *testing.T) {
 		{"VF config in the VF class", classKind, class("rdma-vf.strata.sh", rdma(vfConfig))},
 		{"config without vf in the NIC class", classKind, class("rdma-nic.strata.sh", rdma(nicConfig))},
 		{"VF config in a class of one's own", classKind, class("rdma-vf-vlan100.example.com", rdma(vfConfig))},
+	}
+	for _, tc := range tests {
+		if r := handle(t, DeviceConfigsPath, request(admissionv1.Create, tc.kind, tc.obj, "")); !r.Allowed {
+			t.Errorf("%s: refused with %q", tc.name, message(r))
+		}
+	}
+}
+
+// Cambricon configs that are right are allowed, for whole cards and sMLUs
+// alike, in claims, templates and DeviceClasses.
+func TestGoodCambriconConfigsAreAllowed(t *testing.T) {
+	tests := []struct {
+		name string
+		kind metav1.GroupVersionKind
+		obj  string
+	}{
+		{"empty config for a whole card", claimKind, claim(mluRequest, cambricon(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"MluConfig"}`))},
+		{"cnmon Mount for a whole card", claimKind, claim(mluRequest, cambricon(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"MluConfig","cnmon":"Mount"}`))},
+		{"cnmon None for an sMLU", claimKind, claim(smluRequest, cambricon(mluConfig))},
+		{"config in a template", templateKind, `{"metadata":{"name":"t","namespace":"ml"},"spec":{"spec":{"devices":{"requests":` + mluRequest + `,"config":[` + cambricon(mluConfig) + `]}}}}`},
+		{"config in the sMLU class", classKind, class("cambricon-smlu.strata.sh", cambricon(mluConfig))},
 	}
 	for _, tc := range tests {
 		if r := handle(t, DeviceConfigsPath, request(admissionv1.Create, tc.kind, tc.obj, "")); !r.Allowed {

@@ -14,8 +14,8 @@ import (
 )
 
 // The drivers whose opaque configs are Strata's (drivers/nvidia.DriverName
-// and the RDMA driver's, which this package does not link), and the
-// DeviceClasses whose devices refuse a section of them.
+// and the RDMA, Ascend and Cambricon drivers', which this package does not
+// link), and the DeviceClasses whose devices refuse a section of them.
 const (
 	nvidiaDriver = "nvidia.strata.sh"
 	// migClass is the DeviceClass of MIG devices, which take no sharing
@@ -30,6 +30,8 @@ const (
 	vfClass = "rdma-vf.strata.sh"
 
 	ascendDriver = "ascend.strata.sh"
+
+	cambriconDriver = "cambricon.strata.sh"
 )
 
 // configRule is what admission checks of one driver's opaque configs:
@@ -79,6 +81,15 @@ var configRules = []configRule{
 			return false, err
 		},
 	},
+	{
+		driver: cambriconDriver,
+		// Every Cambricon allocation, a whole card or an sMLU of one,
+		// takes every MluConfig field.
+		decode: func(raw []byte) (bool, error) {
+			_, err := configv1alpha1.DecodeMluConfig(raw)
+			return false, err
+		},
+	},
 }
 
 // validateDeviceConfigs checks the opaque configs of Strata's drivers in
@@ -87,8 +98,9 @@ var configRules = []configRule{
 // nvidia.strata.sh config decodes strictly into a GpuConfig and asks for
 // no sharing on a MIG device; an rdma.strata.sh config decodes strictly
 // into a NicConfig and has no vf section for a NIC; an ascend.strata.sh
-// config decodes strictly into an NpuConfig. Other drivers' configs are
-// allowed as they are.
+// config decodes strictly into an NpuConfig and a cambricon.strata.sh
+// config into an MluConfig. Other drivers' configs are allowed as they
+// are.
 func validateDeviceConfigs(_ context.Context, req admission.Request) admission.Response {
 	if req.Kind.Group != resourcev1.GroupName || req.Kind.Version != "v1" {
 		return admission.Allowed("").WithWarnings(fmt.Sprintf("strata-controller validates resource.k8s.io/v1 only, not %s/%s", req.Kind.Group, req.Kind.Version))

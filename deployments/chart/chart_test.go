@@ -2,6 +2,7 @@ package chart
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,11 +11,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	dracel "k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/strata-sh/strata/deployments"
+	"github.com/strata-sh/strata/drivers/accelerator"
 )
 
 // objects decodes every document of the rendered manifests.
@@ -145,6 +151,11 @@ func TestRenderDefaults(t *testing.T) {
 	assert.Nil(t, find(objs, "ServiceAccount", "strata-ascend-kubelet-plugin"))
 	assert.Nil(t, find(objs, "DeviceClass", "ascend-npu.strata.sh"))
 	assert.Nil(t, find(objs, "DeviceClass", "ascend-vnpu.strata.sh"))
+	// MLUs too: no Cambricon plugin, classes or policy entry by default.
+	assert.Nil(t, find(objs, "DaemonSet", "strata-cambricon-kubelet-plugin"))
+	assert.Nil(t, find(objs, "ServiceAccount", "strata-cambricon-kubelet-plugin"))
+	assert.Nil(t, find(objs, "DeviceClass", "cambricon-mlu.strata.sh"))
+	assert.Nil(t, find(objs, "DeviceClass", "cambricon-smlu.strata.sh"))
 
 	// The slice policy names the plugin's service account and driver.
 	vap := find(objs, "ValidatingAdmissionPolicy", "strata-node-restricted-slices")
@@ -155,6 +166,7 @@ func TestRenderDefaults(t *testing.T) {
 	assert.Contains(t, string(raw), `nvidia.strata.sh`)
 	assert.NotContains(t, string(raw), `rdma`)
 	assert.NotContains(t, string(raw), `ascend`)
+	assert.NotContains(t, string(raw), `cambricon`)
 }
 
 // containerArgs returns the args of a DaemonSet's only container.
@@ -228,6 +240,8 @@ func TestRenderValuesFiles(t *testing.T) {
 				rdmaPlugin(t, objs)
 			case "ascend-values.yaml":
 				ascendPlugin(t, objs)
+			case "cambricon-values.yaml":
+				cambriconPlugin(t, objs)
 			}
 		})
 	}
@@ -402,6 +416,191 @@ func TestRenderAscendDriverPaths(t *testing.T) {
 	assert.Contains(t, volumes, map[string]any{"name": "npu-smi", "hostPath": map[string]any{"path": "/usr/local/sbin/npu-smi", "type": "File"}})
 }
 
+// cambriconPlugin checks what ci/cambricon-values.yaml installs beside the
+// defaults: the Cambricon plugin in the pod network with the host's cnmon
+// mounted at its host path, the sMLU memory unit, no --health-interval,
+// its DeviceClasses and its lines in the slice policy and the plugins'
+// FlowSchema.
+func cambriconPlugin(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	assert.NotNil(t, find(objs, "DaemonSet", "strata-nvidia-kubelet-plugin"), "the NVIDIA plugin stays")
+	assert.Nil(t, find(objs, "DaemonSet", "strata-ascend-kubelet-plugin"))
+	ds := find(objs, "DaemonSet", "strata-cambricon-kubelet-plugin")
+	require.NotNil(t, ds)
+	assert.Equal(t, "cambricon-kubelet-plugin", ds.GetLabels()["app.kubernetes.io/component"])
+	pod, _, _ := unstructured.NestedMap(ds.Object, "spec", "template", "spec")
+	assert.NotContains(t, pod, "hostNetwork", "the Cambricon plugin runs in the pod network")
+	assert.Equal(t, "strata-cambricon-kubelet-plugin", pod["serviceAccountName"])
+	assert.Equal(t, map[string]any{"accelerator": "cambricon-mlu"}, pod["nodeSelector"])
+	assert.NotContains(t, pod, "tolerations")
+	assert.Equal(t, "system-node-critical", pod["priorityClassName"])
+	containers := pod["containers"].([]any)
+	require.Len(t, containers, 1)
+	c := containers[0].(map[string]any)
+	assert.Equal(t, "ghcr.io/strata-sh/cambricon-kubelet-plugin:"+chartAppVersion(t), c["image"])
+	privileged, _, _ := unstructured.NestedBool(c, "securityContext", "privileged")
+	assert.True(t, privileged, "cnmon switches sMLU mode and creates and destroys sMLUs")
+	assert.NotContains(t, c["securityContext"], "capabilities")
+	assert.Equal(t, []any{map[string]any{"name": "metrics", "containerPort": float64(9404)}}, c["ports"])
+	args := containerArgs(t, ds)
+	for _, want := range []string{
+		"--plugin-data-dir=/var/lib/kubelet/plugins/cambricon.strata.sh",
+		"--registrar-dir=/var/lib/kubelet/plugins_registry",
+		"--cdi-dir=/var/run/cdi",
+		"--metrics-address=:9404",
+		"--dev-root=/",
+		"--cnmon=/usr/bin/cnmon",
+		"--smlu-memory-unit=256Mi",
+	} {
+		assert.Contains(t, args, want)
+	}
+	for _, a := range args {
+		assert.NotContains(t, a, "--health-interval", "the Cambricon plugin takes no health interval")
+		assert.NotContains(t, a, "nvml", "no NVIDIA flag reaches the Cambricon plugin")
+		assert.NotContains(t, a, "npu-smi", "no Ascend flag reaches the Cambricon plugin")
+		assert.NotContains(t, a, "--driver-root", "no Ascend flag reaches the Cambricon plugin")
+		assert.NotContains(t, a, "rail", "no RDMA flag reaches the Cambricon plugin")
+	}
+	mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+	assert.Equal(t, []any{
+		map[string]any{"name": "plugin-data", "mountPath": "/var/lib/kubelet/plugins/cambricon.strata.sh"},
+		map[string]any{"name": "plugins-registry", "mountPath": "/var/lib/kubelet/plugins_registry"},
+		map[string]any{"name": "cdi", "mountPath": "/var/run/cdi"},
+		map[string]any{"name": "cnmon", "mountPath": "/usr/bin/cnmon", "readOnly": true},
+	}, mounts, "the kubelet's folders, the CDI folder and cnmon; no Ascend or NVIDIA driver root")
+	volumes, _, _ := unstructured.NestedSlice(pod, "volumes")
+	assert.Contains(t, volumes, map[string]any{"name": "cnmon", "hostPath": map[string]any{"path": "/usr/bin/cnmon", "type": "File"}})
+	assert.Len(t, volumes, 4)
+	strategy, _, _ := unstructured.NestedMap(ds.Object, "spec", "updateStrategy", "rollingUpdate")
+	assert.Equal(t, map[string]any{"maxSurge": float64(1), "maxUnavailable": float64(0)}, strategy)
+
+	// Whole cards and sMLUs are the same devices: the classes differ in
+	// what their claims ask for, not in what they select.
+	for _, class := range []string{"cambricon-mlu.strata.sh", "cambricon-smlu.strata.sh"} {
+		dc := find(objs, "DeviceClass", class)
+		if !assert.NotNil(t, dc, class) {
+			continue
+		}
+		selectors, _, _ := unstructured.NestedSlice(dc.Object, "spec", "selectors")
+		require.Len(t, selectors, 1)
+		expr, _, _ := unstructured.NestedString(selectors[0].(map[string]any), "cel", "expression")
+		assert.Equal(t, `device.driver == "cambricon.strata.sh" && device.attributes["cambricon.strata.sh"].type == "mlu"`, expr)
+		assert.NotContains(t, dc.Object["spec"], "config", "%s: sMLUs need no opaque config", class)
+		assert.Equal(t, "deviceclasses", dc.GetLabels()["app.kubernetes.io/component"])
+	}
+
+	assert.Equal(t, map[string]string{
+		"system:serviceaccount:gpu-system:strata-nvidia-kubelet-plugin":    "nvidia.strata.sh",
+		"system:serviceaccount:gpu-system:strata-cambricon-kubelet-plugin": "cambricon.strata.sh",
+	}, policyDrivers(t, objs))
+	vap := find(objs, "ValidatingAdmissionPolicy", "strata-node-restricted-slices")
+	require.NotNil(t, vap)
+	conditions, _, _ := unstructured.NestedSlice(vap.Object, "spec", "matchConditions")
+	require.Len(t, conditions, 1)
+	assert.Contains(t, conditions[0].(map[string]any)["expression"], `"system:serviceaccount:gpu-system:strata-cambricon-kubelet-plugin"`)
+	fs := find(objs, "FlowSchema", "strata-kubelet-plugins")
+	require.NotNil(t, fs)
+	raw, _ := yaml.Marshal(fs.Object)
+	assert.Contains(t, string(raw), "name: strata-cambricon-kubelet-plugin")
+	role := find(objs, "ClusterRole", "strata-cambricon-kubelet-plugin")
+	require.NotNil(t, role)
+	raw, _ = yaml.Marshal(role.Object)
+	assert.Contains(t, string(raw), "resourceslices")
+	binding := find(objs, "ClusterRoleBinding", "strata-cambricon-kubelet-plugin")
+	require.NotNil(t, binding)
+	subjects, _, _ := unstructured.NestedSlice(binding.Object, "subjects")
+	assert.Equal(t, []any{map[string]any{"kind": "ServiceAccount", "name": "strata-cambricon-kubelet-plugin", "namespace": "gpu-system"}}, subjects)
+}
+
+// cnmon elsewhere and a larger sMLU memory step: cnmon is mounted where it
+// is on the host and both reach the plugin's flags; deviceClasses: false
+// keeps the plugin and drops its classes.
+func TestRenderCambriconDriverSettings(t *testing.T) {
+	values, err := ParseValues([]byte("plugins:\n  cambricon:\n    enabled: true\n    deviceClasses: false\n    driver:\n      cnmon: /usr/local/neuware/bin/cnmon\n      smluMemoryUnit: 1Gi\n"))
+	require.NoError(t, err)
+	r, err := Render(DefaultRelease, values)
+	require.NoError(t, err)
+	objs := objects(t, r)
+	ds := find(objs, "DaemonSet", "strata-cambricon-kubelet-plugin")
+	require.NotNil(t, ds)
+	args := containerArgs(t, ds)
+	assert.Contains(t, args, "--cnmon=/usr/local/neuware/bin/cnmon")
+	assert.Contains(t, args, "--smlu-memory-unit=1Gi")
+	assert.NotContains(t, args, "--cnmon=/usr/bin/cnmon")
+	pod, _, _ := unstructured.NestedMap(ds.Object, "spec", "template", "spec")
+	mounts, _, _ := unstructured.NestedSlice(pod["containers"].([]any)[0].(map[string]any), "volumeMounts")
+	assert.Contains(t, mounts, map[string]any{"name": "cnmon", "mountPath": "/usr/local/neuware/bin/cnmon", "readOnly": true})
+	volumes, _, _ := unstructured.NestedSlice(pod, "volumes")
+	assert.Contains(t, volumes, map[string]any{"name": "cnmon", "hostPath": map[string]any{"path": "/usr/local/neuware/bin/cnmon", "type": "File"}})
+	assert.Nil(t, find(objs, "DeviceClass", "cambricon-mlu.strata.sh"))
+	assert.Nil(t, find(objs, "DeviceClass", "cambricon-smlu.strata.sh"))
+	assert.NotNil(t, find(objs, "DeviceClass", "accelerator.strata.sh"))
+	assert.Contains(t, policyDrivers(t, objs), "system:serviceaccount:strata-system:strata-cambricon-kubelet-plugin")
+}
+
+// TestCambriconClassesSelectCards evaluates the classes' CEL as the
+// allocator does, on a card as the cambricon.strata.sh plugin publishes it
+// (its own attributes and the vendor-neutral ones): both Cambricon classes
+// and accelerator.strata.sh select it; no other vendor's class does, and
+// the Cambricon classes select no other vendor's device.
+func TestCambriconClassesSelectCards(t *testing.T) {
+	values, err := ParseValues([]byte("plugins:\n  cambricon:\n    enabled: true\n  ascend:\n    enabled: true\n  rdma:\n    enabled: true\n"))
+	require.NoError(t, err)
+	r, err := Render(DefaultRelease, values)
+	require.NoError(t, err)
+	classes := map[string]*unstructured.Unstructured{}
+	for _, o := range objects(t, r) {
+		if o.GetKind() == "DeviceClass" {
+			classes[o.GetName()] = o
+		}
+	}
+	require.Len(t, classes, 10)
+
+	mluAttrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		"type":        {StringValue: ptr.To("mlu")},
+		"productName": {StringValue: ptr.To("MLU370-X8")},
+	}
+	accelerator.Device{Type: accelerator.MLU, Vendor: "cambricon", Model: "MLU370", Whole: true, MemoryBytes: 24 << 30}.AddAttributes(mluAttrs)
+	mlu := dracel.Device{
+		Driver:                   "cambricon.strata.sh",
+		AllowMultipleAllocations: ptr.To(true),
+		Attributes:               mluAttrs,
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			"vcore":   {Value: resource.MustParse("100")},
+			"vmemory": {Value: resource.MustParse("24Gi")},
+		},
+	}
+	npuAttrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": {StringValue: ptr.To("npu")}}
+	accelerator.Device{Type: accelerator.NPU, Vendor: "huawei", Model: "910B", Whole: true, MemoryBytes: 64 << 30}.AddAttributes(npuAttrs)
+	npu := dracel.Device{Driver: "ascend.strata.sh", Attributes: npuAttrs}
+
+	compiler := dracel.GetCompiler(dracel.Features{EnableConsumableCapacity: true})
+	matches := func(class string, d dracel.Device) bool {
+		t.Helper()
+		dc := classes[class]
+		require.NotNil(t, dc, class)
+		selectors, _, _ := unstructured.NestedSlice(dc.Object, "spec", "selectors")
+		for _, s := range selectors {
+			expr, _, _ := unstructured.NestedString(s.(map[string]any), "cel", "expression")
+			c := compiler.CompileCELExpression(expr, dracel.Options{})
+			require.Nil(t, c.Error, "%s: %s", class, expr)
+			ok, _, err := c.DeviceMatches(context.Background(), d)
+			require.NoError(t, err, class)
+			if !ok {
+				return false
+			}
+		}
+		return true
+	}
+	for name := range classes {
+		wantMLU := name == "cambricon-mlu.strata.sh" || name == "cambricon-smlu.strata.sh" || name == "accelerator.strata.sh"
+		assert.Equal(t, wantMLU, matches(name, mlu), "class %s on a Cambricon card", name)
+	}
+	assert.False(t, matches("cambricon-mlu.strata.sh", npu))
+	assert.False(t, matches("cambricon-smlu.strata.sh", npu))
+	assert.True(t, matches("accelerator.strata.sh", npu))
+}
+
 func chartAppVersion(t *testing.T) string {
 	t.Helper()
 	c, err := Load()
@@ -432,6 +631,15 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"relative npu-smi path", "plugins:\n  ascend:\n    driver:\n      npuSmi: npu-smi\n", []string{"/plugins/ascend/driver/npuSmi"}},
 		{"Ascend health interval", "plugins:\n  ascend:\n    healthInterval: 5s\n", []string{"/plugins/ascend/healthInterval"}},
 		{"unknown Ascend driver key", "plugins:\n  ascend:\n    driver:\n      migMode: dynamic\n", []string{"/plugins/ascend/driver", "migMode"}},
+		{"relative cnmon path", "plugins:\n  cambricon:\n    driver:\n      cnmon: cnmon\n", []string{"/plugins/cambricon/driver/cnmon"}},
+		{"sMLU memory unit not a quantity", "plugins:\n  cambricon:\n    driver:\n      smluMemoryUnit: lots\n", []string{"/plugins/cambricon/driver/smluMemoryUnit"}},
+		{"sMLU memory unit in decimal megabytes", "plugins:\n  cambricon:\n    driver:\n      smluMemoryUnit: 256M\n", []string{"/plugins/cambricon/driver/smluMemoryUnit"}},
+		{"sMLU memory unit below a MiB", "plugins:\n  cambricon:\n    driver:\n      smluMemoryUnit: 512Ki\n", []string{"/plugins/cambricon/driver/smluMemoryUnit"}},
+		{"zero sMLU memory unit", "plugins:\n  cambricon:\n    driver:\n      smluMemoryUnit: 0Mi\n", []string{"/plugins/cambricon/driver/smluMemoryUnit"}},
+		{"sMLU memory unit as a number", "plugins:\n  cambricon:\n    driver:\n      smluMemoryUnit: 256\n", []string{"/plugins/cambricon/driver/smluMemoryUnit"}},
+		{"Cambricon health interval", "plugins:\n  cambricon:\n    healthInterval: 5s\n", []string{"/plugins/cambricon/healthInterval"}},
+		{"unknown Cambricon driver key", "plugins:\n  cambricon:\n    driver:\n      npuSmi: /usr/local/bin/npu-smi\n", []string{"/plugins/cambricon/driver", "npuSmi"}},
+		{"unknown Cambricon plugin key", "plugins:\n  cambricon:\n    cnmon: /usr/bin/cnmon\n", []string{"/plugins/cambricon", "cnmon"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			values, err := ParseValues([]byte(tc.values))

@@ -17,6 +17,8 @@ package cnmonmock
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -71,6 +73,49 @@ type CNMON struct {
 	now   time.Time
 	cards []*card
 	cmds  [][]string
+	// devChar and capMajor, when set, are where the fake lists the
+	// capability node of every instance, as the kernel lists character
+	// devices under /sys/dev/char.
+	devChar  string
+	capMajor int
+}
+
+// PublishCapabilityNodes makes the fake list each sMLU instance's
+// capability node from now on as the kernel does when the driver makes
+// it: a directory devChar/<major>:<minor> (sysfs's /sys/dev/char) whose
+// uevent names the node (DEVNAME=cambricon-caps/cap_dev<card>_mi<id>),
+// removed when the instance is destroyed. Minors are the lowest free, as
+// the driver's region hands them out.
+func (n *CNMON) PublishCapabilityNodes(devChar string, major int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.devChar, n.capMajor = devChar, major
+}
+
+func (n *CNMON) capDir(minor int) string {
+	return filepath.Join(n.devChar, fmt.Sprintf("%d:%d", n.capMajor, minor))
+}
+
+// publishCap writes the capability node of instance in of card c.
+func (n *CNMON) publishCap(c *card, in *instance) error {
+	used := map[int]bool{}
+	for _, k := range n.cards {
+		for _, o := range k.insts {
+			used[o.minor] = true
+		}
+	}
+	for used[in.minor] {
+		in.minor++
+	}
+	dir := n.capDir(in.minor)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	uevent := fmt.Sprintf("MAJOR=%d\nMINOR=%d\nDEVNAME=%s\n", n.capMajor, in.minor, strings.TrimPrefix(cnmon.SMLUDevicePath(c.index, in.id), "/dev/"))
+	if err := os.WriteFile(filepath.Join(dir, "uevent"), []byte(uevent), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "dev"), []byte(fmt.Sprintf("%d:%d\n", n.capMajor, in.minor)), 0o644)
 }
 
 type card struct {
@@ -92,6 +137,9 @@ type profile struct {
 type instance struct {
 	id int
 	p  *profile
+	// minor is the capability node's minor, when the fake publishes
+	// capability nodes.
+	minor int
 }
 
 var _ cnmon.Runner = (*CNMON)(nil)
@@ -453,7 +501,13 @@ func (n *CNMON) create(c *card, quota int, memMB int64) (string, int) {
 	for c.hasInstance(id) {
 		id++
 	}
-	c.insts = append(c.insts, &instance{id: id, p: p})
+	in := &instance{id: id, p: p}
+	if n.devChar != "" {
+		if err := n.publishCap(c, in); err != nil {
+			return fmt.Sprintf("Create sMLU instance on card %d failed: %v\n", c.index, err), ExitFailure
+		}
+	}
+	c.insts = append(c.insts, in)
 	sort.Slice(c.insts, func(i, j int) bool { return c.insts[i].id < c.insts[j].id })
 	return fmt.Sprintf("Create sMLU instance %d on card %d success\n", id, c.index), 0
 }
@@ -478,6 +532,11 @@ func (n *CNMON) destroy(c *card, id int) (string, int) {
 			continue
 		}
 		c.insts = append(c.insts[:i], c.insts[i+1:]...)
+		if n.devChar != "" {
+			if err := os.RemoveAll(n.capDir(in.minor)); err != nil {
+				return fmt.Sprintf("Destroy sMLU instance %d on card %d failed: %v\n", id, c.index, err), ExitFailure
+			}
+		}
 		if !in.p.builtin {
 			inUse := false
 			for _, o := range c.insts {

@@ -86,6 +86,17 @@ func (c *ClaimSpecWrapper) Request(name, class string, count int64, cel ...strin
 	return c
 }
 
+// Capacity makes the last request ask each of its devices for the given
+// capacities ("vcore": "10", "vmemory": "1Gi").
+func (c *ClaimSpecWrapper) Capacity(requests map[string]string) *ClaimSpecWrapper {
+	req := c.Requests[len(c.Requests)-1].Exactly
+	req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}
+	for name, v := range requests {
+		req.Capacity.Requests[resourceapi.QualifiedName(name)] = resource.MustParse(v)
+	}
+	return c
+}
+
 // MatchAttribute requires the devices of the requests (all if none) to
 // share an attribute value.
 func (c *ClaimSpecWrapper) MatchAttribute(attr string, requests ...string) *ClaimSpecWrapper {

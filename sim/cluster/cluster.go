@@ -223,11 +223,12 @@ func hardwareNames() []string {
 // plugins the cluster's nodes run, besides nvidia (on by default): their
 // identities, RBAC and DeviceClasses come from the chart.
 func (c *Cluster) ChartPlugins() []string {
-	var rdma, ascend bool
+	var rdma, ascend, cambricon bool
 	for _, g := range c.NodeGroups {
 		rdma = rdma || g.RDMA
-		if m, err := hardware.Lookup(g.Hardware); err == nil && len(m.NPUs()) > 0 {
-			ascend = true
+		if m, err := hardware.Lookup(g.Hardware); err == nil {
+			ascend = ascend || len(m.NPUs()) > 0
+			cambricon = cambricon || len(m.MLUs()) > 0
 		}
 	}
 	var out []string
@@ -236,6 +237,9 @@ func (c *Cluster) ChartPlugins() []string {
 	}
 	if ascend {
 		out = append(out, "ascend")
+	}
+	if cambricon {
+		out = append(out, "cambricon")
 	}
 	return out
 }

@@ -12,12 +12,15 @@ import (
 
 	"github.com/strata-sh/strata/drivers/ascend"
 	ascendapp "github.com/strata-sh/strata/drivers/ascend/app"
+	"github.com/strata-sh/strata/drivers/cambricon"
+	cambriconapp "github.com/strata-sh/strata/drivers/cambricon/app"
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/drivers/nvidia/app"
 	"github.com/strata-sh/strata/drivers/plugin"
 	"github.com/strata-sh/strata/drivers/rdma"
 	rdmaapp "github.com/strata-sh/strata/drivers/rdma/app"
 	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/hardware/cnmonmock"
 	"github.com/strata-sh/strata/hardware/linkmock"
 	"github.com/strata-sh/strata/hardware/npusmimock"
 	"github.com/strata-sh/strata/hardware/nvmlmock"
@@ -44,6 +47,8 @@ type NodeHardware struct {
 	Links *linkmock.Links
 	// NPUSMI is the node's npu-smi, nil on nodes without Ascend NPUs.
 	NPUSMI *npusmimock.NPUSMI
+	// CNMON is the node's cnmon, nil on nodes without Cambricon MLUs.
+	CNMON *cnmonmock.CNMON
 }
 
 // Health monitoring periods of simulated NVIDIA nodes: shorter than on a
@@ -109,6 +114,12 @@ func withHardware(spec *node.Spec, g NodeGroup, where string) error {
 			return fmt.Errorf("%s.hardware: %w", where, err)
 		}
 		spec.Plugins = append(spec.Plugins, node.PluginFactory{Driver: ascend.DriverName, Start: hw.startAscend})
+	}
+	if len(m.MLUs()) > 0 {
+		if hw.CNMON, err = cnmonmock.New(len(m.MLUs())); err != nil {
+			return fmt.Errorf("%s.hardware: %w", where, err)
+		}
+		spec.Plugins = append(spec.Plugins, node.PluginFactory{Driver: cambricon.DriverName, Start: hw.startCambricon})
 	}
 	if g.RDMA {
 		hw.Links = linkmock.New(m)
@@ -185,6 +196,20 @@ func (hw *NodeHardware) startAscend(ctx context.Context, env node.PluginEnv) (no
 	o.ProcRoot = filepath.Join(hw.machineDir(env), hardware.ProcDir)
 	o.DevRoot = env.Root
 	return ascendapp.Start(ctx, o, env.Client, ascendapp.Host{NPUSMI: hw.NPUSMI, Events: env.Events})
+}
+
+// startCambricon starts the node's Cambricon plugin through the binary's
+// own composition root, with the node's directories and its cnmon fake.
+func (hw *NodeHardware) startCambricon(ctx context.Context, env node.PluginEnv) (node.Plugin, error) {
+	o := cambriconapp.NewOptions()
+	o.Options = pluginOptions(o.Options, env, cambricon.DriverName)
+	o.SysfsRoot = filepath.Join(hw.machineDir(env), hardware.SysDir)
+	o.ProcRoot = filepath.Join(hw.machineDir(env), hardware.ProcDir)
+	o.DevRoot = env.Root
+	// The node's sMLU capability nodes, listed as the kernel lists them.
+	o.DevCharDir = filepath.Join(env.Root, hardware.SysDir, "dev", "char")
+	hw.CNMON.PublishCapabilityNodes(o.DevCharDir, hardware.CambriconCapMajor)
+	return cambriconapp.Start(ctx, o, env.Client, cambriconapp.Host{CNMON: hw.CNMON, Events: env.Events})
 }
 
 // pluginOptions sets what every plugin on a simulated node takes from the

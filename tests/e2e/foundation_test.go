@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/strata-sh/strata/drivers/ascend"
+	"github.com/strata-sh/strata/drivers/cambricon"
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/drivers/rdma"
 	"github.com/strata-sh/strata/hardware"
@@ -252,7 +253,7 @@ func runSim(t *testing.T, o sim.RunOptions) *report.Report {
 // with the devices its claims ask for.
 func TestDemo(t *testing.T) {
 	const dir = "../../deployments/examples/demo"
-	r := runSim(t, sim.RunOptions{ClusterFile: dir + "/cluster.yaml", Manifests: []string{dir, examplesDir + "/nvidia", examplesDir + "/gang", examplesDir + "/rdma/gpu-nic-same-switch.yaml", examplesDir + "/ascend/npu-whole.yaml"}})
+	r := runSim(t, sim.RunOptions{ClusterFile: dir + "/cluster.yaml", Manifests: []string{dir, examplesDir + "/nvidia", examplesDir + "/gang", examplesDir + "/rdma/gpu-nic-same-switch.yaml", examplesDir + "/ascend/npu-whole.yaml", examplesDir + "/cambricon/smlu.yaml"}})
 	want := map[string]struct {
 		nodePrefix string
 		devices    int
@@ -276,6 +277,8 @@ func TestDemo(t *testing.T) {
 		"gpudirect-worker": {"dgx-h100-", 2},
 		// Two Ascend 910B NPUs of one HCCS pair.
 		"npu-trainer": {"atlas-a2-", 2},
+		// A dynamic sMLU of 10 % and 1Gi of an MLU370 card.
+		"test-cambricon-partial": {"mlu370-", 1},
 	}
 	for i := 0; i < 4; i++ {
 		want[fmt.Sprintf("notebook-%d", i)] = struct {
@@ -305,7 +308,7 @@ func TestDemo(t *testing.T) {
 		for _, c := range p.Claims {
 			for _, d := range c.Devices {
 				got++
-				vendorOK := d.Driver == nvidia.DriverName || p.Name == "gpudirect-worker" && d.Driver == rdma.DriverName || p.Name == "npu-trainer" && d.Driver == ascend.DriverName
+				vendorOK := d.Driver == nvidia.DriverName || p.Name == "gpudirect-worker" && d.Driver == rdma.DriverName || p.Name == "npu-trainer" && d.Driver == ascend.DriverName || p.Name == "test-cambricon-partial" && d.Driver == cambricon.DriverName
 				if !vendorOK || d.Pool != p.Node {
 					t.Errorf("pod %s: device %+v not from its node's GPUs", p.Name, d)
 				}

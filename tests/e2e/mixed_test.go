@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,8 @@ import (
 )
 
 // TestVendorNeutralClaims runs the vendor-neutral examples on a cluster of
-// a DGX H100, an Atlas 800T A2 (910B3) and an Atlas 800 (910A).
+// a DGX H100, an Atlas 800T A2 (910B3), an Atlas 800 (910A) and an
+// MLU370-X8 server.
 func TestVendorNeutralClaims(t *testing.T) {
 	raw, err := os.ReadFile(examplesDir + "/mixed/cluster.yaml")
 	if err != nil {
@@ -58,6 +60,33 @@ func TestVendorNeutralClaims(t *testing.T) {
 		for i := range pods.Items {
 			if p := &pods.Items[i]; strings.HasPrefix(p.Spec.NodeName, "a800-") {
 				t.Errorf("%s got a 910A (32 GB) on %s", p.Name, p.Spec.NodeName)
+			}
+		}
+	})
+
+	t.Run("every-vendor", func(t *testing.T) {
+		e := e.with(t)
+		defer e.deleteAllPods()
+		// One class for all: each vendor's card, picked by the neutral
+		// vendor attribute, is prepared by its own plugin.
+		want := map[string]struct{ node, env string }{
+			"nvidia":    {"h100-0", "NVIDIA_VISIBLE_DEVICES="},
+			"huawei":    {"a2-0", "ASCEND_VISIBLE_DEVICES="},
+			"cambricon": {"mlu370-0", "CAMBRICON_VISIBLE_DEVICES="},
+		}
+		for vendor := range want {
+			e.createTemplate(testutil.MakeClaimSpec().Request("accel", "accelerator.strata.sh", 1,
+				fmt.Sprintf(`device.attributes["accelerator.strata.sh"].vendor == %q`, vendor)).Template("default", "any-"+vendor))
+			e.createPod(testutil.MakePod("on-"+vendor).Scheduler(config.ProfileName).ClaimTemplate("accel", "any-"+vendor).Obj())
+		}
+		for vendor, w := range want {
+			p := e.waitRunning("default", "on-"+vendor)
+			if p.Spec.NodeName != w.node && !(vendor == "huawei" && p.Spec.NodeName == "a800-0") {
+				t.Errorf("on-%s ran on %s", vendor, p.Spec.NodeName)
+			}
+			env := e.sim.Nodes.Containers(p.UID)[p.Spec.Containers[0].Name].Env
+			if !slices.ContainsFunc(env, func(v string) bool { return strings.HasPrefix(v, w.env) }) {
+				t.Errorf("on-%s: container env %v lacks %s", vendor, env, w.env)
 			}
 		}
 	})

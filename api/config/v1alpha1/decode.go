@@ -178,3 +178,29 @@ func (c *NpuConfig) Validate() field.ErrorList {
 	}
 	return field.ErrorList{field.NotSupported(field.NewPath("driver"), c.Driver, []NpuDriverMode{NpuDriverMount, NpuDriverNone})}
 }
+
+// DecodeMluConfig decodes a cambricon.strata.sh opaque config strictly,
+// as DecodeGpuConfig does, and validates it.
+func DecodeMluConfig(raw []byte) (*MluConfig, error) {
+	cfg := &MluConfig{}
+	if err := decode.Strict(raw, cfg); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", MluConfigKind, err)
+	}
+	if gvk := cfg.GroupVersionKind(); gvk != GroupVersion.WithKind(MluConfigKind) {
+		return nil, fmt.Errorf("opaque config has apiVersion %q and kind %q, want %s and %s",
+			cfg.APIVersion, cfg.Kind, GroupVersion.String(), MluConfigKind)
+	}
+	if errs := cfg.Validate(); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return cfg, nil
+}
+
+// Validate checks the config.
+func (c *MluConfig) Validate() field.ErrorList {
+	switch c.Cnmon {
+	case "", MluToolMount, MluToolNone:
+		return nil
+	}
+	return field.ErrorList{field.NotSupported(field.NewPath("cnmon"), c.Cnmon, []MluToolMode{MluToolMount, MluToolNone})}
+}

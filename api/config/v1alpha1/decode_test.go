@@ -62,3 +62,52 @@ func TestDecodeGpuConfig(t *testing.T) {
 		})
 	}
 }
+
+func TestDecodeMluConfig(t *testing.T) {
+	tests := map[string]struct {
+		raw  string
+		want string // substring of the error; "" for success
+	}{
+		"empty": {raw: `{"apiVersion":"config.strata.sh/v1alpha1","kind":"MluConfig"}`},
+		"mount": {raw: `{"apiVersion":"config.strata.sh/v1alpha1","kind":"MluConfig","cnmon":"Mount"}`},
+		"none":  {raw: `{"apiVersion":"config.strata.sh/v1alpha1","kind":"MluConfig","cnmon":"None"}`},
+		"yaml":  {raw: "apiVersion: config.strata.sh/v1alpha1\nkind: MluConfig\ncnmon: None\n"},
+		"unknown field": {
+			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"MluConfig","smlu":{}}`,
+			want: `decode MluConfig: unknown field "smlu"`,
+		},
+		"bad cnmon": {
+			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"MluConfig","cnmon":"Sometimes"}`,
+			want: `cnmon: Unsupported value: "Sometimes": supported values: "Mount", "None"`,
+		},
+		"cnmon in lower case": {
+			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"MluConfig","cnmon":"mount"}`,
+			want: `cnmon: Unsupported value: "mount"`,
+		},
+		"wrong kind": {
+			raw:  `{"apiVersion":"config.strata.sh/v1alpha1","kind":"NpuConfig","cnmon":"Mount"}`,
+			want: `kind "NpuConfig", want config.strata.sh/v1alpha1 and MluConfig`,
+		},
+		"wrong apiVersion": {
+			raw:  `{"apiVersion":"config.strata.sh/v1beta1","kind":"MluConfig"}`,
+			want: `apiVersion "config.strata.sh/v1beta1"`,
+		},
+		"no kind": {
+			raw:  `{"cnmon":"Mount"}`,
+			want: `want config.strata.sh/v1alpha1 and MluConfig`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := DecodeMluConfig([]byte(tc.raw))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error = %v, want it to contain %q", err, tc.want)
+			case tc.want == "" && cfg == nil:
+				t.Fatal("no config and no error")
+			}
+		})
+	}
+}

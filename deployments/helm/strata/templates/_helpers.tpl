@@ -48,6 +48,7 @@ app.kubernetes.io/component: {{ .component }}
 nvidia: nvidia.strata.sh
 rdma: rdma.strata.sh
 ascend: ascend.strata.sh
+cambricon: cambricon.strata.sh
 {{- end -}}
 
 {{/* Pod-level fields shared by every component; call with (dict "root" $ "c" .Values.x). */}}

@@ -1,0 +1,39 @@
+{{/* Cambricon kubelet plugin (cambricon.strata.sh): MLU cards, whole and
+as dynamic sMLUs. Cards are read with the host's cnmon, which also
+switches a card's sMLU mode on and creates a claim's sMLU when it is
+prepared and destroys it when it is released. cnmon is mounted read-only
+at its host path (--cnmon), where the CDI specs also name it for the
+containers that get it. --smlu-memory-unit is the step of the cards'
+vmemory capacity.
+PCI topology comes from sysfs and device majors from /proc/devices, which
+the privileged container sees as the host's; device nodes are named by
+their host paths in the CDI specs (--dev-root=/). The plugin polls no
+health: it takes no --health-interval. */}}
+{{- define "strata.plugin.cambricon.args" -}}
+- --dev-root=/
+- --cnmon={{ .p.driver.cnmon }}
+- --smlu-memory-unit={{ .p.driver.smluMemoryUnit }}
+{{- end -}}
+
+{{- define "strata.plugin.cambricon.env" -}}
+{{- end -}}
+
+{{- /* The plugin runs in the pod network; privileged is enough. */}}
+{{- define "strata.plugin.cambricon.pod" -}}
+{{- end -}}
+
+{{- define "strata.plugin.cambricon.capabilities" -}}
+{{- end -}}
+
+{{- define "strata.plugin.cambricon.mounts" -}}
+- name: cnmon
+  mountPath: {{ .p.driver.cnmon }}
+  readOnly: true
+{{- end -}}
+
+{{- define "strata.plugin.cambricon.volumes" -}}
+- name: cnmon
+  hostPath:
+    path: {{ .p.driver.cnmon }}
+    type: File
+{{- end -}}

@@ -1,0 +1,134 @@
+// Package app is the composition root of the Cambricon kubelet plugin.
+// The cambricon-kubelet-plugin binary and strata-sim's simulated nodes
+// both start the plugin through Start; they differ only in the Host they
+// hand it (the real cnmon, or a fake of it) and in where the node's
+// directories are.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/strata-sh/strata/drivers/cambricon"
+	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
+	"github.com/strata-sh/strata/drivers/plugin"
+)
+
+// Options are the plugin's settings, as its flags give them.
+type Options struct {
+	plugin.Options
+
+	SysfsRoot string
+	ProcRoot  string
+	DevRoot   string
+	// DevCharDir is where the kernel lists character devices by number;
+	// empty means <sysfs-root>/dev/char (the simulator points it at the
+	// node's own).
+	DevCharDir string
+	// CNMON is the host's cnmon program.
+	CNMON string
+	// SMLUMemoryUnit is the step of sMLU memory, a quantity ("256Mi").
+	SMLUMemoryUnit string
+}
+
+// NewOptions returns the defaults of a plugin on a real node.
+func NewOptions() Options {
+	return Options{
+		Options:        plugin.NewOptions(cambricon.DriverName, ":9404"),
+		SysfsRoot:      "/sys",
+		ProcRoot:       "/proc",
+		DevRoot:        "/",
+		CNMON:          cnmon.DefaultBinary,
+		SMLUMemoryUnit: "256Mi",
+	}
+}
+
+// AddFlags binds the options to flags, with the current values as
+// defaults.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	o.Options.AddFlags(fs)
+	fs.StringVar(&o.SysfsRoot, "sysfs-root", o.SysfsRoot, "where the host's sysfs is mounted")
+	fs.StringVar(&o.ProcRoot, "proc-root", o.ProcRoot, "where the host's procfs is mounted (device majors)")
+	fs.StringVar(&o.DevRoot, "dev-root", o.DevRoot, "prefix of host device node paths")
+	fs.StringVar(&o.CNMON, "cnmon", o.CNMON, "the host's cnmon program: cards, sMLU mode and instances; mounted into containers unless a claim's MluConfig says cnmon: None")
+	fs.StringVar(&o.SMLUMemoryUnit, "smlu-memory-unit", o.SMLUMemoryUnit, "step of sMLU memory (vmemory), a whole number of MiB; Cambricon's device plugin counts vmemory in 256Mi units")
+}
+
+// memoryUnit parses SMLUMemoryUnit.
+func (o Options) memoryUnit() (int64, error) {
+	q, err := resource.ParseQuantity(o.SMLUMemoryUnit)
+	if err != nil {
+		return 0, fmt.Errorf("--smlu-memory-unit %q: %w", o.SMLUMemoryUnit, err)
+	}
+	if v := q.Value(); v < 1<<20 || v%(1<<20) != 0 {
+		return 0, fmt.Errorf("--smlu-memory-unit %q is not a positive whole number of MiB", o.SMLUMemoryUnit)
+	}
+	return q.Value(), nil
+}
+
+// Validate checks the options, naming the flag at fault.
+func (o Options) Validate() error {
+	errs := []error{o.Options.Validate()}
+	if o.CNMON == "" {
+		errs = append(errs, errors.New("--cnmon is required"))
+	}
+	if _, err := o.memoryUnit(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Host is what the plugin drives on its machine. A nil CNMON runs the
+// program Options name.
+type Host struct {
+	CNMON cnmon.Runner
+	// Events, if set, sends the plugin's events (a process running many
+	// plugins shares one broadcaster).
+	Events record.EventBroadcaster
+}
+
+// Start reads the node's cards, recovers the checkpoint and starts
+// serving DRA and publishing ResourceSlices.
+func Start(ctx context.Context, o Options, client kubernetes.Interface, host Host) (*plugin.Driver, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	unit, _ := o.memoryUnit()
+	runner := host.CNMON
+	if runner == nil {
+		runner = cnmon.Exec{Binary: o.CNMON}
+	}
+	backend, err := cambricon.New(ctx, cambricon.Config{
+		Tool:       &cnmon.Client{Runner: runner},
+		SysfsRoot:  o.SysfsRoot,
+		ProcRoot:   o.ProcRoot,
+		DevRoot:    o.DevRoot,
+		DevCharDir: o.DevCharDir,
+		StateDir:   o.PluginDataDir,
+		MemoryUnit: unit,
+		// Containers see cnmon at the host path the chart mounts it at
+		// in the plugin's pod.
+		CNMON: o.CNMON,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("Cambricon backend: %w", err)
+	}
+	return plugin.Start(ctx, o.Config(cambricon.DriverName, backend, client, host.Events))
+}
+
+// Run is the cambricon-kubelet-plugin binary: the plugin on the real
+// host, with metrics, until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	return plugin.Serve(ctx, o.Options, func(ctx context.Context, client kubernetes.Interface) (plugin.Stopper, error) {
+		return Start(ctx, o, client, Host{})
+	})
+}

@@ -1,0 +1,448 @@
+package cambricon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	configv1alpha1 "github.com/strata-sh/strata/api/config/v1alpha1"
+	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
+	"github.com/strata-sh/strata/drivers/plugin"
+)
+
+// Environment the container runtime and Cambricon's libraries read.
+const (
+	// EnvVisibleDevices lists the claim's card indexes.
+	EnvVisibleDevices = "CAMBRICON_VISIBLE_DEVICES"
+	// EnvSMLUProfile names the profile of each of the claim's sMLUs, in
+	// card order, as the driver names profiles ("10p.1024mb").
+	EnvSMLUProfile = "CAMBRICON_DSMLU_PROFILE"
+)
+
+// ledgerFile records every sMLU instance the plugin made, by claim, and
+// the cards whose sMLU mode it switched on: an instance is the plugin's
+// only if it is here.
+const ledgerFile = "smlus.json"
+
+type ledger struct {
+	Instances []instance `json:"instances,omitempty"`
+	// SMLUOn lists the cards whose sMLU mode the plugin switched on; it
+	// switches each off again once the card holds no instance.
+	SMLUOn []int `json:"smluOn,omitempty"`
+}
+
+// instance is one sMLU the plugin made for a claim.
+type instance struct {
+	Claim    types.UID  `json:"claim"`
+	Device   string     `json:"device"`
+	ShareID  *types.UID `json:"shareID,omitempty"`
+	Card     int        `json:"card"`
+	ID       int        `json:"id"`
+	VCore    int        `json:"vcore"`
+	MemoryMB int64      `json:"memoryMB"`
+}
+
+func (l *ledger) holds(card, id int) bool {
+	return slices.ContainsFunc(l.Instances, func(e instance) bool { return e.Card == card && e.ID == id })
+}
+
+func (b *Backend) ledgerPath() string { return filepath.Join(b.cfg.StateDir, ledgerFile) }
+
+func (b *Backend) readLedger() (*ledger, error) {
+	raw, err := os.ReadFile(b.ledgerPath())
+	if os.IsNotExist(err) {
+		return &ledger{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	l := &ledger{}
+	if err := json.Unmarshal(raw, l); err != nil {
+		return nil, fmt.Errorf("%s: %w", b.ledgerPath(), err)
+	}
+	return l, nil
+}
+
+// writeLedger replaces the ledger atomically.
+func (b *Backend) writeLedger(l *ledger) error {
+	raw, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	tmp := b.ledgerPath() + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(raw); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, b.ledgerPath())
+}
+
+// share is what a claim consumes of a card, from its allocation.
+type share struct {
+	vcore  int64
+	memory int64
+}
+
+// shareOf reads the consumed capacity of an allocated device. A device
+// allocated without consumed capacity (by a scheduler that does not
+// know consumable capacity) is the whole card.
+func (b *Backend) shareOf(c *card, a plugin.AllocatedDevice) (share, error) {
+	s := share{vcore: fullVCore, memory: c.memoryBytes}
+	for name, dst := range map[resourceapi.QualifiedName]*int64{CapacityVCore: &s.vcore, CapacityVMemory: &s.memory} {
+		v, ok := a.ConsumedCapacity[name]
+		if !ok {
+			continue
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return share{}, fmt.Errorf("device %s: consumed %s %q: %w", a.Device, name, v, err)
+		}
+		*dst = q.Value()
+	}
+	if s.vcore < 1 || s.vcore > fullVCore {
+		return share{}, fmt.Errorf("device %s: consumed vcore %d is not within 1 to %d", a.Device, s.vcore, fullVCore)
+	}
+	if s.memory < 1<<20 || s.memory%(1<<20) != 0 || s.memory > c.memoryBytes {
+		return share{}, fmt.Errorf("device %s: consumed vmemory %d is not a whole number of MiB up to the card's %d", a.Device, s.memory, c.memoryBytes)
+	}
+	return s, nil
+}
+
+func (s share) whole(c *card) bool { return s.vcore >= fullVCore && s.memory >= c.memoryBytes }
+
+// Validate checks the devices belong to this node and what they consume.
+func (b *Backend) Validate(_ context.Context, req *plugin.PrepareRequest) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var errs []error
+	for _, a := range req.Devices {
+		c, ok := b.byName[a.Device]
+		if !ok {
+			errs = append(errs, fmt.Errorf("device %s is not an MLU of this node", a.Device))
+			continue
+		}
+		s, err := b.shareOf(c, a)
+		if err != nil {
+			errs = append(errs, err)
+		} else if !s.whole(c) && b.major.smluCap == 0 {
+			errs = append(errs, fmt.Errorf("device %s: a share needs an sMLU, and the driver has none (no %s in /proc/devices; sMLU needs driver 5.10.27 or later)", a.Device, procCap))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Prepare creates the claim's sMLUs and returns the CDI edits: the
+// control node, each card's device and IPC nodes (and an sMLU's
+// capability node), CAMBRICON_VISIBLE_DEVICES with the claim's cards and
+// the sMLU profiles. On error, the instances it made are destroyed.
+func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plugin.PrepareResponse, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	claim := plugin.ClaimRef{}
+	if req.Claim != nil {
+		claim = plugin.ClaimRef{Namespace: req.Claim.Namespace, Name: req.Claim.Name, UID: req.Claim.UID}
+	}
+	fail := func(err error) (*plugin.PrepareResponse, error) {
+		return nil, errors.Join(err, b.unprepareLocked(ctx, claim))
+	}
+	resp := &plugin.PrepareResponse{}
+	type visible struct {
+		card    int
+		profile string
+	}
+	var vis []visible
+	for _, a := range req.Devices {
+		c, ok := b.byName[a.Device]
+		if !ok {
+			return fail(fmt.Errorf("device %s is not an MLU of this node", a.Device))
+		}
+		s, err := b.shareOf(c, a)
+		if err != nil {
+			return fail(err)
+		}
+		out := plugin.PreparedDevice{Request: a.Request, Pool: a.Pool, Device: a.Device, ShareID: a.ShareID}
+		out.Edits.DeviceNodes = b.cardNodes(c)
+		v := visible{card: c.Index}
+		if !s.whole(c) {
+			in, err := b.createLocked(ctx, claim, a, c, s)
+			if err != nil {
+				return fail(err)
+			}
+			out.State, _ = json.Marshal(in)
+			capNode, err := b.capabilityNode(c.Index, in.ID)
+			if err != nil {
+				return fail(fmt.Errorf("MLU %d: sMLU %d: %w", c.Index, in.ID, err))
+			}
+			out.Edits.DeviceNodes = append(out.Edits.DeviceNodes, capNode)
+			v.profile = cnmon.SMLUProfileName(in.VCore, in.MemoryMB)
+		}
+		vis = append(vis, v)
+		resp.Devices = append(resp.Devices, out)
+	}
+	sort.SliceStable(vis, func(i, j int) bool { return vis[i].card < vis[j].card })
+	var cards, profiles []string
+	for _, v := range vis {
+		if s := strconv.Itoa(v.card); !slices.Contains(cards, s) {
+			cards = append(cards, s)
+		}
+		if v.profile != "" {
+			profiles = append(profiles, v.profile)
+		}
+	}
+	resp.Common.DeviceNodes = []*cdispec.DeviceNode{b.node(cnmon.ControlDevicePath, b.major.ctl, 0)}
+	resp.Common.Env = []string{EnvVisibleDevices + "=" + strings.Join(cards, ",")}
+	if len(profiles) > 0 {
+		resp.Common.Env = append(resp.Common.Env, EnvSMLUProfile+"="+strings.Join(profiles, ","))
+	}
+	resp.Common.Mounts = b.toolMounts(req.Devices)
+	return resp, nil
+}
+
+// cardNodes are a card's device and IPC nodes, whose minor is the card
+// index.
+func (b *Backend) cardNodes(c *card) []*cdispec.DeviceNode {
+	out := []*cdispec.DeviceNode{b.node(cnmon.DevicePath(c.Index), b.major.dev, int64(c.Index))}
+	if b.major.ipcm != 0 {
+		out = append(out, b.node(cnmon.IPCMDevicePath(c.Index), b.major.ipcm, int64(c.Index)))
+	}
+	return out
+}
+
+// createLocked makes an sMLU for a device of a claim. The instance is
+// recorded before cnmon makes it, under the id the driver hands out (the
+// lowest free from 1), so that a crash in between leaves it to be found;
+// a card whose sMLU mode is off is switched on first, and recorded as
+// such.
+func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, a plugin.AllocatedDevice, c *card, s share) (instance, error) {
+	info, err := b.cfg.Tool.SMLUInfo(ctx, c.Index)
+	if err != nil {
+		return instance{}, fmt.Errorf("MLU %d: list sMLU instances: %w", c.Index, err)
+	}
+	l, err := b.readLedger()
+	if err != nil {
+		return instance{}, err
+	}
+	// An instance of the ledger that the card no longer lists went
+	// outside the plugin (an operator, a driver reload): the driver hands
+	// its id out again, and its entry must not then claim, and its
+	// claim's unprepare destroy, another claim's instance.
+	l.Instances = slices.DeleteFunc(l.Instances, func(e instance) bool {
+		return e.Card == c.Index && !slices.ContainsFunc(info.Instances, func(in cnmon.SMLU) bool { return in.ID == e.ID })
+	})
+	if !info.Enabled {
+		if !slices.Contains(l.SMLUOn, c.Index) {
+			l.SMLUOn = append(l.SMLUOn, c.Index)
+			if err := b.writeLedger(l); err != nil {
+				return instance{}, fmt.Errorf("record sMLU mode: %w", err)
+			}
+		}
+		if err := b.cfg.Tool.SetSMLUMode(ctx, c.Index, true); err != nil {
+			return instance{}, fmt.Errorf("MLU %d: switch sMLU mode on: %w", c.Index, err)
+		}
+		klog.FromContext(ctx).V(2).Info("Switched sMLU mode on", "card", c.Index)
+	}
+	id := 1
+	for slices.ContainsFunc(info.Instances, func(in cnmon.SMLU) bool { return in.ID == id }) || l.holds(c.Index, id) {
+		id++
+	}
+	in := instance{Claim: claim.UID, Device: a.Device, ShareID: a.ShareID, Card: c.Index, ID: id, VCore: int(s.vcore), MemoryMB: s.memory >> 20}
+	l.Instances = append(l.Instances, in)
+	if err := b.writeLedger(l); err != nil {
+		return instance{}, fmt.Errorf("record sMLU instance: %w", err)
+	}
+	made, err := b.cfg.Tool.CreateSMLU(ctx, c.Index, in.VCore, in.MemoryMB)
+	if err != nil {
+		return instance{}, fmt.Errorf("MLU %d: create sMLU of %d%% and %d MiB: %w", c.Index, in.VCore, in.MemoryMB, err)
+	}
+	if made.ID != id {
+		// Someone else made an instance in between: record the id the
+		// driver gave.
+		l.Instances[len(l.Instances)-1].ID = made.ID
+		in.ID = made.ID
+		if err := b.writeLedger(l); err != nil {
+			return instance{}, errors.Join(fmt.Errorf("record sMLU instance %d of MLU %d: %w", made.ID, c.Index, err),
+				b.cfg.Tool.DestroySMLU(ctx, c.Index, made.ID))
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Created sMLU", "card", c.Index, "id", in.ID, "vcore", in.VCore, "memoryMB", in.MemoryMB)
+	return in, nil
+}
+
+// Unprepare destroys the claim's sMLUs, as the ledger holds them.
+func (b *Backend) Unprepare(ctx context.Context, claim plugin.ClaimRef, _ []plugin.PreparedDevice) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.unprepareLocked(ctx, claim)
+}
+
+// unprepareLocked destroys the claim's instances (one already gone is
+// fine), then switches sMLU mode off on the cards the plugin switched on
+// that hold no instance.
+func (b *Backend) unprepareLocked(ctx context.Context, claim plugin.ClaimRef) error {
+	l, err := b.readLedger()
+	if err != nil {
+		return err
+	}
+	var keep []instance
+	var errs []error
+	for _, e := range l.Instances {
+		if e.Claim != claim.UID {
+			keep = append(keep, e)
+			continue
+		}
+		if err := b.destroy(ctx, e); err != nil {
+			errs = append(errs, err)
+			keep = append(keep, e)
+		}
+	}
+	l.Instances = keep
+	errs = append(errs, b.switchOffIdle(ctx, l))
+	if err := b.writeLedger(l); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Backend) destroy(ctx context.Context, e instance) error {
+	info, err := b.cfg.Tool.SMLUInfo(ctx, e.Card)
+	if err != nil {
+		return fmt.Errorf("MLU %d: list sMLU instances: %w", e.Card, err)
+	}
+	if !slices.ContainsFunc(info.Instances, func(in cnmon.SMLU) bool { return in.ID == e.ID }) {
+		return nil
+	}
+	if err := b.cfg.Tool.DestroySMLU(ctx, e.Card, e.ID); err != nil {
+		return fmt.Errorf("MLU %d: destroy sMLU %d: %w", e.Card, e.ID, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Destroyed sMLU", "card", e.Card, "id", e.ID)
+	return nil
+}
+
+// switchOffIdle switches sMLU mode off on every card of l.SMLUOn that
+// holds no instance, so that a whole-card claim finds the card as the
+// driver starts it. A card holding an instance the plugin did not make
+// keeps its mode.
+func (b *Backend) switchOffIdle(ctx context.Context, l *ledger) error {
+	var keep []int
+	var errs []error
+	for _, idx := range l.SMLUOn {
+		if slices.ContainsFunc(l.Instances, func(e instance) bool { return e.Card == idx }) {
+			keep = append(keep, idx)
+			continue
+		}
+		info, err := b.cfg.Tool.SMLUInfo(ctx, idx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MLU %d: list sMLU instances: %w", idx, err))
+			keep = append(keep, idx)
+			continue
+		}
+		if len(info.Instances) > 0 {
+			keep = append(keep, idx)
+			continue
+		}
+		if info.Enabled {
+			if err := b.cfg.Tool.SetSMLUMode(ctx, idx, false); err != nil {
+				errs = append(errs, fmt.Errorf("MLU %d: switch sMLU mode off: %w", idx, err))
+				keep = append(keep, idx)
+				continue
+			}
+			klog.FromContext(ctx).V(2).Info("Switched sMLU mode off", "card", idx)
+		}
+	}
+	l.SMLUOn = keep
+	return errors.Join(errs...)
+}
+
+// Reconcile implements plugin.Reconciler: instances of the ledger whose
+// claim is not prepared are destroyed (left by a crash mid-prepare, or by
+// a claim unprepared while the plugin was down), and idle cards switched
+// back.
+func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	live := map[types.UID]bool{}
+	for _, c := range prepared {
+		live[c.UID] = true
+	}
+	l, err := b.readLedger()
+	if err != nil {
+		return err
+	}
+	stale := map[types.UID]bool{}
+	for _, e := range l.Instances {
+		if !live[e.Claim] {
+			stale[e.Claim] = true
+		}
+	}
+	var errs []error
+	for uid := range stale {
+		errs = append(errs, b.unprepareLocked(ctx, plugin.ClaimRef{UID: uid}))
+	}
+	if len(stale) == 0 && len(l.SMLUOn) > 0 {
+		errs = append(errs, b.switchOffIdle(ctx, l), b.writeLedger(l))
+	}
+	return errors.Join(errs...)
+}
+
+// configHandler decodes MluConfigs for the plugin core.
+type configHandler struct{}
+
+// ConfigHandler implements plugin.Configurable.
+func (b *Backend) ConfigHandler() plugin.ConfigHandler { return configHandler{} }
+
+// Decode implements plugin.ConfigHandler.
+func (configHandler) Decode(raw []byte) (any, error) { return configv1alpha1.DecodeMluConfig(raw) }
+
+// Effective implements plugin.ConfigHandler: the last config that sets
+// cnmon wins; the default mounts it.
+func (configHandler) Effective(configs []any) (any, error) {
+	out := &configv1alpha1.MluConfig{Cnmon: configv1alpha1.MluToolMount}
+	for _, c := range configs {
+		if m := c.(*configv1alpha1.MluConfig).Cnmon; m != "" {
+			out.Cnmon = m
+		}
+	}
+	return out, nil
+}
+
+// toolMounts mount the host's cnmon read-only unless every device of the
+// claim is configured with cnmon: None.
+func (b *Backend) toolMounts(devices []plugin.AllocatedDevice) []*cdispec.Mount {
+	if b.cfg.CNMON == "" {
+		return nil
+	}
+	for _, a := range devices {
+		if cfg, _ := a.Config.(*configv1alpha1.MluConfig); cfg == nil || cfg.Cnmon != configv1alpha1.MluToolNone {
+			return []*cdispec.Mount{{HostPath: b.cfg.CNMON, ContainerPath: b.cfg.CNMON, Options: []string{"ro", "nosuid", "nodev", "bind"}}}
+		}
+	}
+	return nil
+}
+
+func (b *Backend) node(path string, major, minor int64) *cdispec.DeviceNode {
+	return &cdispec.DeviceNode{Path: path, HostPath: filepath.Join(b.cfg.DevRoot, path), Type: "c", Major: major, Minor: minor}
+}
