@@ -57,12 +57,15 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 		if vcore < 1 || memory < b.cfg.MemoryUnit {
 			continue // foreign instances hold all of it
 		}
-		inv.Devices = append(inv.Devices, b.device(c, vcore, memory))
+		inv.Devices = append(inv.Devices, b.device(c, vcore, memory, vcore == fullVCore && memory == c.memoryBytes))
 	}
 	return inv, nil
 }
 
-func (b *Backend) device(c *card, vcore, memory int64) resourceapi.Device {
+// device is a card offering vcore and memory; whole is false when
+// instances the plugin did not make hold part of it, which the
+// vendor-neutral attributes then say (not whole, the memory left).
+func (b *Backend) device(c *card, vcore, memory int64, whole bool) resourceapi.Device {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		"type":        {StringValue: ptr.To(kindMLU)},
 		"uuid":        {StringValue: ptr.To(c.UUID)},
@@ -79,7 +82,7 @@ func (b *Backend) device(c *card, vcore, memory int64) resourceapi.Device {
 		attrs["mluClusters"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(c.MLUClusters))}
 	}
 	accelerator.Device{
-		Type: accelerator.MLU, Vendor: "cambricon", Model: c.Family, Whole: true, MemoryBytes: c.memoryBytes,
+		Type: accelerator.MLU, Vendor: "cambricon", Model: c.Family, Whole: whole, MemoryBytes: memory,
 		Topology: c.topology, OwnPCIFunction: true, Partitions: c.groups,
 	}.AddAttributes(attrs)
 	return resourceapi.Device{

@@ -332,7 +332,11 @@ func (b *Backend) destroy(ctx context.Context, e instance) error {
 	if err != nil {
 		return fmt.Errorf("MLU %d: list sMLU instances: %w", e.Card, err)
 	}
-	if !slices.ContainsFunc(info.Instances, func(in cnmon.SMLU) bool { return in.ID == e.ID }) {
+	// Gone already, or the id now belongs to an instance of another size
+	// (ours vanished and someone else got the id): not ours to destroy.
+	if !slices.ContainsFunc(info.Instances, func(in cnmon.SMLU) bool {
+		return in.ID == e.ID && in.VCorePercent == e.VCore && in.MemoryMB == e.MemoryMB
+	}) {
 		return nil
 	}
 	if err := b.cfg.Tool.DestroySMLU(ctx, e.Card, e.ID); err != nil {
