@@ -79,7 +79,7 @@ func (m Machine) ofKind(k Kind) []PCIFunction {
 
 // Machines returns every known layout by preset name.
 func Machines() map[string]Machine {
-	return map[string]Machine{
+	all := map[string]Machine{
 		DGXH100().Name:        DGXH100(),
 		DGXA100().Name:        DGXA100(),
 		HGXH200().Name:        HGXH200(),
@@ -88,6 +88,10 @@ func Machines() map[string]Machine {
 		Atlas800().Name:       Atlas800(),
 		MLU370X8().Name:       MLU370X8(),
 	}
+	for _, m := range OpenBMachines() {
+		all[m.Name] = m
+	}
+	return all
 }
 
 // Lookup returns the layout of a preset or an error that lists the known ones.

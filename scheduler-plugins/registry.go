@@ -9,7 +9,9 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
+	"github.com/strata-sh/strata/scheduler-plugins/fitplus"
 	"github.com/strata-sh/strata/scheduler-plugins/gang"
+	"github.com/strata-sh/strata/scheduler-plugins/scarceavoid"
 )
 
 // Registry returns the out-of-tree plugins of strata-scheduler by name.
@@ -19,6 +21,8 @@ import (
 func Registry() runtime.Registry {
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	return runtime.Registry{
-		gang.Name: runtime.FactoryAdapter[fwk.Plugin](fts, gang.New),
+		gang.Name:        runtime.FactoryAdapter[fwk.Plugin](fts, gang.New),
+		fitplus.Name:     runtime.FactoryAdapter[fwk.Plugin](fts, fitplus.New),
+		scarceavoid.Name: runtime.FactoryAdapter[fwk.Plugin](fts, scarceavoid.New),
 	}
 }

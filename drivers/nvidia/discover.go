@@ -126,6 +126,8 @@ func family(product string) string {
 
 func architectureName(a nvml.DeviceArchitecture) string {
 	switch a {
+	case nvml.DEVICE_ARCH_PASCAL:
+		return "Pascal"
 	case nvml.DEVICE_ARCH_VOLTA:
 		return "Volta"
 	case nvml.DEVICE_ARCH_TURING:

@@ -37,7 +37,7 @@ func (b *Backend) setMIGMode(g *gpu, enabled bool) error {
 			return fmt.Errorf("GPU %s still has %d MIG instances", g.name, n)
 		}
 	}
-	if ret, _ := g.handle.SetMigMode(want); ret != nvml.SUCCESS {
+	if _, ret := g.handle.SetMigMode(want); ret != nvml.SUCCESS {
 		return nvmlError("set MIG mode of "+g.name, ret)
 	}
 	return nil

@@ -17,7 +17,12 @@ import (
 // with one compute instance spanning it.
 func (s *Server) ApplyMIGConfig(i int, devices map[string]int) error {
 	dev := s.Devices[i]
-	if ret, _ := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
+	// go-nvml returns the activation status first and the call's result
+	// second; either failing leaves the GPU outside MIG mode.
+	if status, ret := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS || status != nvml.SUCCESS {
+		if ret == nvml.SUCCESS {
+			ret = status
+		}
 		return fmt.Errorf("GPU %d: enable MIG mode: %s", i, nvml.ErrorString(ret))
 	}
 	profiles := map[string]nvml.GpuInstanceProfileInfo{}

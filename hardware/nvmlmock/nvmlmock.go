@@ -26,6 +26,23 @@ var models = map[string]gpus.Config{
 	"A100-SXM4-40GB":  named(gpus.A100_SXM4_40GB, "NVIDIA A100-SXM4-40GB"),
 	"H100-SXM5-80GB":  named(gpus.H100_SXM5_80GB, "NVIDIA H100 80GB HBM3"),
 	"H200-SXM5-141GB": named(gpus.H200_SXM5_141GB, "NVIDIA H200"),
+	// The models of Alibaba's openb trace (openb.go).
+	"T4-PCIE-16GB":   teslaT4,
+	"P100-PCIE-16GB": teslaP100PCIe16GB,
+	"V100-SXM2-16GB": teslaV100SXM216GB,
+	"V100-SXM2-32GB": teslaV100SXM232GB,
+	"A10-PCIE-24GB":  nvidiaA10,
+	"Alibaba-G2":     alibabaG2,
+	"Alibaba-G3":     alibabaG3,
+}
+
+// ProductName returns the product name NVML reports for a layout's GPU
+// model ("V100-SXM2-32GB" → "Tesla V100-SXM2-32GB"), the value of the
+// NVIDIA driver's productName attribute, so that a selector can name the
+// model without copying the name.
+func ProductName(gpuModel string) (string, bool) {
+	c, ok := models[gpuModel]
+	return c.Name, ok
 }
 
 func named(c gpus.Config, name string) gpus.Config {
@@ -80,7 +97,11 @@ func New(m hardware.Machine, seed string) (*Server, error) {
 	}
 	s.EventSetCreateFunc = s.createEventSet
 	for i, fn := range layout {
-		s.patchDevice(i, base.Devices[i].(*server.Device), fn, seed, cfg.PciDeviceId)
+		dev := base.Devices[i].(*server.Device)
+		s.patchDevice(i, dev, fn, seed, cfg.PciDeviceId)
+		if !supportsMIG(cfg) {
+			disableMIG(dev)
+		}
 	}
 	s.useHandles()
 	return s, nil

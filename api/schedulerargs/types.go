@@ -1,0 +1,60 @@
+package schedulerargs
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ScoringType says which end of a resource's utilisation a node scores
+// best at.
+type ScoringType string
+
+const (
+	// LeastAllocated prefers nodes with more of the resource left after
+	// the pod: (allocatable - requested) * 100 / allocatable.
+	LeastAllocated ScoringType = "LeastAllocated"
+	// MostAllocated prefers nodes with less of the resource left after
+	// the pod (bin packing): requested * 100 / allocatable.
+	MostAllocated ScoringType = "MostAllocated"
+)
+
+// ScoringTypes lists the supported scoring types, in the order error
+// messages name them.
+var ScoringTypes = []ScoringType{LeastAllocated, MostAllocated}
+
+// NodeResourcesFitPlusArgs configures NodeResourcesFitPlus: a scoring
+// type and weight per resource. A resource name stands for the node
+// resource of that name (cpu, memory, ephemeral-storage, extended
+// resources) and for the DRA devices of every DeviceClass with that name
+// or with that spec.extendedResourceName.
+//
+// +kubebuilder:object:root=true
+type NodeResourcesFitPlusArgs struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// Resources maps resource names to how they are scored. Resources
+	// the pod does not request are not scored. Required, non-empty.
+	Resources map[corev1.ResourceName]ResourcesType `json:"resources"`
+}
+
+// ResourcesType is how one resource is scored.
+type ResourcesType struct {
+	// Type is LeastAllocated or MostAllocated. Required.
+	Type ScoringType `json:"type"`
+	// Weight of the resource in the node's score, 1 to 100; 0 or absent
+	// means 1.
+	Weight int64 `json:"weight"`
+}
+
+// ScarceResourceAvoidanceArgs configures ScarceResourceAvoidance: the
+// scarce resources that pods which do not request them should leave
+// alone. Names are read as in NodeResourcesFitPlusArgs.
+//
+// +kubebuilder:object:root=true
+type ScarceResourceAvoidanceArgs struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// Resources lists the scarce resources. Required, non-empty, no
+	// duplicates.
+	Resources []corev1.ResourceName `json:"resources,omitempty"`
+}

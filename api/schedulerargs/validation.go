@@ -1,0 +1,74 @@
+package schedulerargs
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Weight bounds of a NodeResourcesFitPlus resource.
+const (
+	MinWeight = 1
+	MaxWeight = 100
+)
+
+// Validate checks defaulted args; each error names its field, as in
+// resources[nvidia.com/gpu].type.
+func (a *NodeResourcesFitPlusArgs) Validate() field.ErrorList {
+	p := field.NewPath("resources")
+	if len(a.Resources) == 0 {
+		return field.ErrorList{field.Required(p, "")}
+	}
+	var errs field.ErrorList
+	for _, name := range slices.Sorted(maps.Keys(a.Resources)) {
+		rp := p.Key(string(name))
+		errs = append(errs, validateName(rp, name)...)
+		r := a.Resources[name]
+		switch r.Type {
+		case LeastAllocated, MostAllocated:
+		case "":
+			errs = append(errs, field.Required(rp.Child("type"), fmt.Sprintf("one of %q", ScoringTypes)))
+		default:
+			errs = append(errs, field.NotSupported(rp.Child("type"), r.Type, ScoringTypes))
+		}
+		if r.Weight < MinWeight || r.Weight > MaxWeight {
+			errs = append(errs, field.Invalid(rp.Child("weight"), r.Weight, fmt.Sprintf("must be between %d and %d", MinWeight, MaxWeight)))
+		}
+	}
+	return errs
+}
+
+// Validate checks the args; each error names its field, as in
+// resources[1].
+func (a *ScarceResourceAvoidanceArgs) Validate() field.ErrorList {
+	p := field.NewPath("resources")
+	if len(a.Resources) == 0 {
+		return field.ErrorList{field.Required(p, "")}
+	}
+	var errs field.ErrorList
+	seen := sets.New[corev1.ResourceName]()
+	for i, name := range a.Resources {
+		if seen.Has(name) {
+			errs = append(errs, field.Duplicate(p.Index(i), name))
+			continue
+		}
+		seen.Insert(name)
+		errs = append(errs, validateName(p.Index(i), name)...)
+	}
+	return errs
+}
+
+// validateName accepts qualified names: the form of resource names
+// (cpu, nvidia.com/gpu) and of most DeviceClass names.
+func validateName(p *field.Path, name corev1.ResourceName) field.ErrorList {
+	if msgs := validation.IsQualifiedName(string(name)); len(msgs) > 0 {
+		return field.ErrorList{field.Invalid(p, name, strings.Join(msgs, "; "))}
+	}
+	return nil
+}
