@@ -1,0 +1,248 @@
+// Package fragment measures how a placement changes a node's ability to
+// host the work a cluster expects, for GPUs that are shared by fraction,
+// taken whole, or taken several at a time. It is the pure algorithm behind
+// Strata's fragmentation-aware scoring: no Kubernetes types, so it can be
+// tested exhaustively, benchmarked alone and replayed on traces fast.
+//
+// # The measure
+//
+// A workload is a set of task shapes with weights (how often each is
+// seen): CPU, memory, how many GPUs and what share of each, and the GPU
+// models it accepts. For one node and one shape, two amounts of idle GPU
+// (in thousandths of a GPU, "milli") are counted as lost to that shape:
+//
+//   - Stranded: the idle GPU that copies of the shape cannot use, when as
+//     many copies are packed onto the node as its GPUs, CPU and memory
+//     allow together. A node whose CPU is nearly gone strands all its idle
+//     GPU; a GPU with 300 milli left strands all 300 for a 460-milli share
+//     and 80 for a 220-milli one.
+//   - Unreachable: FGD's fragment (Weng et al., USENIX ATC'23): all the
+//     node's idle GPU if not even one copy fits (too little CPU or memory,
+//     too few GPUs with room, a model it does not accept), else the idle
+//     GPU of the GPUs too small for one share.
+//
+// The node's fragmentation is the weighted sum over shapes of
+// Stranded + Alpha × Unreachable. Unreachable is a step: it jumps when a
+// shape stops fitting at all. Stranded grows smoothly as CPU, memory or a
+// GPU's room runs out relative to what the shapes need, so it tells the
+// scheduler which node is closer to stranding its GPUs long before the
+// step. A placement is scored by how much it raises the node's
+// fragmentation: the lower the better.
+//
+// # Placement inside a node
+//
+// The DRA allocator, not the scorer, picks a node's GPUs: it takes the
+// first devices in slice order that satisfy the claim. Delta therefore
+// evaluates FirstFit's choice, so the score describes what will happen.
+package fragment
+
+import (
+	"slices"
+	"sort"
+)
+
+// Whole is a whole GPU in milli.
+const Whole = 1000
+
+// Node is what a node has free.
+type Node struct {
+	// CPU is free milli-CPU; Memory free bytes.
+	CPU, Memory int64
+	// Model is the node's GPU model, matched against Task.Models.
+	Model string
+	// GPUs is each GPU's free share in milli (0 to Whole), in the order
+	// the DRA allocator tries them.
+	GPUs []int32
+}
+
+// Idle is the node's free GPU in milli.
+func (n *Node) Idle() int64 {
+	var s int64
+	for _, f := range n.GPUs {
+		s += int64(f)
+	}
+	return s
+}
+
+// Task is what one pod asks for.
+type Task struct {
+	CPU, Memory int64
+	// GPUs is how many GPUs; 0 for a pod without GPUs.
+	GPUs int
+	// Milli is the share of each GPU: Whole for whole GPUs, less for a
+	// share (then GPUs is 1).
+	Milli int32
+	// Models are the GPU models the task accepts; empty accepts any.
+	Models []string
+}
+
+// GPUMilli is the task's GPU demand in milli.
+func (t Task) GPUMilli() int64 { return int64(t.GPUs) * int64(t.Milli) }
+
+func (t Task) accepts(model string) bool {
+	return len(t.Models) == 0 || slices.Contains(t.Models, model)
+}
+
+// FirstFit returns the GPUs the DRA allocator would give the task on the
+// node (the first ones, in order, with room for its share), or false if
+// the node cannot host it.
+func FirstFit(n *Node, t Task) ([]int, bool) {
+	if t.CPU > n.CPU || t.Memory > n.Memory {
+		return nil, false
+	}
+	if t.GPUs == 0 {
+		return nil, true
+	}
+	if !t.accepts(n.Model) {
+		return nil, false
+	}
+	got := make([]int, 0, t.GPUs)
+	for i, f := range n.GPUs {
+		if f >= t.Milli {
+			got = append(got, i)
+			if len(got) == t.GPUs {
+				return got, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// Apply places (sign 1) or removes (sign -1) the task on the given GPUs.
+func Apply(n *Node, t Task, gpus []int, sign int64) {
+	n.CPU -= sign * t.CPU
+	n.Memory -= sign * t.Memory
+	for _, i := range gpus {
+		n.GPUs[i] -= int32(sign) * t.Milli
+	}
+}
+
+// Shape is a task shape of a workload and its weight.
+type Shape struct {
+	Task
+	Weight float64
+}
+
+// Options tune a Workload.
+type Options struct {
+	// Coverage keeps the most frequent shapes until they account for
+	// this fraction of the weight (0 or 1 keeps all): rare shapes cost
+	// time and say little. 0.95 by default.
+	Coverage float64
+	// Alpha weighs Unreachable against Stranded. 4 by default.
+	Alpha float64
+}
+
+// DefaultOptions are the options measured best on the openb traces (see
+// docs/benchmarks.md).
+var DefaultOptions = Options{Coverage: 0.95, Alpha: 4}
+
+// Workload is the expected mix of tasks.
+type Workload struct {
+	shapes []Shape
+	alpha  float64
+}
+
+// NewWorkload keeps the most frequent shapes (merging equal ones) up to
+// the coverage, heaviest first.
+func NewWorkload(shapes []Shape, o Options) *Workload {
+	if o.Coverage <= 0 || o.Coverage > 1 {
+		o.Coverage = 1
+	}
+	merged := mergeShapes(shapes)
+	sort.SliceStable(merged, func(i, j int) bool { return merged[i].Weight > merged[j].Weight })
+	var total float64
+	for _, s := range merged {
+		total += s.Weight
+	}
+	var kept float64
+	n := 0
+	for n < len(merged) && kept < o.Coverage*total {
+		kept += merged[n].Weight
+		n++
+	}
+	return &Workload{shapes: merged[:n], alpha: o.Alpha}
+}
+
+func mergeShapes(in []Shape) []Shape {
+	var out []Shape
+	for _, s := range in {
+		if s.Weight <= 0 {
+			continue
+		}
+		i := slices.IndexFunc(out, func(o Shape) bool { return sameTask(o.Task, s.Task) })
+		if i < 0 {
+			out = append(out, s)
+			continue
+		}
+		out[i].Weight += s.Weight
+	}
+	return out
+}
+
+func sameTask(a, b Task) bool {
+	return a.CPU == b.CPU && a.Memory == b.Memory && a.GPUs == b.GPUs && a.Milli == b.Milli && slices.Equal(a.Models, b.Models)
+}
+
+// Shapes returns the workload's shapes, heaviest first.
+func (w *Workload) Shapes() []Shape { return slices.Clone(w.shapes) }
+
+// Fragmentation is the node's expected lost GPU, in weighted milli.
+func (w *Workload) Fragmentation(n *Node) float64 {
+	idle := n.Idle()
+	if idle == 0 {
+		return 0
+	}
+	var f float64
+	for _, s := range w.shapes {
+		st, un := lost(n, s.Task, idle)
+		f += s.Weight * (float64(st) + w.alpha*float64(un))
+	}
+	return f
+}
+
+// Delta is how much placing the task on the given GPUs raises the node's
+// fragmentation (negative if it lowers it).
+func (w *Workload) Delta(n *Node, t Task, gpus []int) float64 {
+	before := w.Fragmentation(n)
+	Apply(n, t, gpus, 1)
+	after := w.Fragmentation(n)
+	Apply(n, t, gpus, -1)
+	return after - before
+}
+
+// lost returns the stranded and unreachable idle GPU of a node for one
+// shape.
+func lost(n *Node, t Task, idle int64) (stranded, unreachable int64) {
+	if t.GPUs == 0 || !t.accepts(n.Model) {
+		// Nothing of the node's GPU serves this shape.
+		return idle, idle
+	}
+	var byGPU, roomy int64
+	var small int64
+	for _, f := range n.GPUs {
+		if f >= t.Milli {
+			roomy++
+		} else {
+			small += int64(f)
+		}
+		if t.Milli < Whole {
+			byGPU += int64(f / t.Milli)
+		}
+	}
+	if t.Milli >= Whole {
+		byGPU = roomy / int64(t.GPUs)
+	}
+	copies := byGPU
+	if t.CPU > 0 {
+		copies = min(copies, n.CPU/t.CPU)
+	}
+	if t.Memory > 0 {
+		copies = min(copies, n.Memory/t.Memory)
+	}
+	stranded = idle - copies*t.GPUMilli()
+	if copies == 0 {
+		return stranded, idle
+	}
+	return stranded, small
+}
