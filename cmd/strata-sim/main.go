@@ -37,9 +37,12 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && args[0] == "replay" {
+		return runReplay(args[1:])
+	}
 	if len(args) == 0 || args[0] != "run" {
 		fmt.Fprint(os.Stderr, usage)
-		return fmt.Errorf("unknown or missing command; the only command is \"run\"")
+		return fmt.Errorf("unknown or missing command; the commands are \"run\" and \"replay\"")
 	}
 	opts := sim.RunOptions{Out: os.Stdout}
 	fs := pflag.NewFlagSet("strata-sim run", pflag.ContinueOnError)

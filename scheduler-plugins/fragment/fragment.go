@@ -131,6 +131,9 @@ type Options struct {
 	Coverage float64
 	// Alpha weighs Unreachable against Stranded. 4 by default.
 	Alpha float64
+	// UnreachableOnly leaves Stranded out: FGD's own measure, for
+	// comparison.
+	UnreachableOnly bool
 }
 
 // DefaultOptions are the options measured best on the openb traces (see
@@ -139,12 +142,14 @@ var DefaultOptions = Options{Coverage: 0.95, Alpha: 4}
 
 // Workload is the expected mix of tasks.
 type Workload struct {
-	shapes []Shape
-	alpha  float64
+	shapes   []Shape
+	alpha    float64
+	stranded float64
 }
 
 // NewWorkload keeps the most frequent shapes (merging equal ones) up to
-// the coverage, heaviest first.
+// the coverage, heaviest first, with weights scaled to sum to 1: the
+// fragmentation is then the expected lost GPU in milli.
 func NewWorkload(shapes []Shape, o Options) *Workload {
 	if o.Coverage <= 0 || o.Coverage > 1 {
 		o.Coverage = 1
@@ -161,7 +166,18 @@ func NewWorkload(shapes []Shape, o Options) *Workload {
 		kept += merged[n].Weight
 		n++
 	}
-	return &Workload{shapes: merged[:n], alpha: o.Alpha}
+	kept = 0
+	for _, s := range merged[:n] {
+		kept += s.Weight
+	}
+	for i := range merged[:n] {
+		merged[i].Weight /= kept
+	}
+	w := &Workload{shapes: merged[:n], alpha: o.Alpha, stranded: 1}
+	if o.UnreachableOnly {
+		w.alpha, w.stranded = 1, 0
+	}
+	return w
 }
 
 func mergeShapes(in []Shape) []Shape {
@@ -187,7 +203,7 @@ func sameTask(a, b Task) bool {
 // Shapes returns the workload's shapes, heaviest first.
 func (w *Workload) Shapes() []Shape { return slices.Clone(w.shapes) }
 
-// Fragmentation is the node's expected lost GPU, in weighted milli.
+// Fragmentation is the node's expected lost GPU, in milli.
 func (w *Workload) Fragmentation(n *Node) float64 {
 	idle := n.Idle()
 	if idle == 0 {
@@ -196,7 +212,7 @@ func (w *Workload) Fragmentation(n *Node) float64 {
 	var f float64
 	for _, s := range w.shapes {
 		st, un := lost(n, s.Task, idle)
-		f += s.Weight * (float64(st) + w.alpha*float64(un))
+		f += s.Weight * (w.stranded*float64(st) + w.alpha*float64(un))
 	}
 	return f
 }

@@ -79,9 +79,13 @@ func TestLost(t *testing.T) {
 
 func TestFragmentationWeighsShapes(t *testing.T) {
 	w := NewWorkload([]Shape{{share(220, 1000), 3}, {share(460, 1000), 1}}, Options{Alpha: 2})
-	// 3 × (200 + 2×0) + 1 × (380 + 2×300)
-	if got, want := w.Fragmentation(node(8000, 300, 1000)), 3*200.0+380+600; got != want {
+	// ¾ × (200 + 2×0) + ¼ × (380 + 2×300)
+	if got, want := w.Fragmentation(node(8000, 300, 1000)), (3*200.0+380+600)/4; got != want {
 		t.Errorf("Fragmentation = %v, want %v", got, want)
+	}
+	fgd := NewWorkload([]Shape{{share(220, 1000), 3}, {share(460, 1000), 1}}, Options{UnreachableOnly: true})
+	if got, want := fgd.Fragmentation(node(8000, 300, 1000)), 300.0/4; got != want {
+		t.Errorf("FGD's Fragmentation = %v, want %v", got, want)
 	}
 	if got := w.Fragmentation(node(8000, 0, 0)); got != 0 {
 		t.Errorf("a node with no idle GPU has fragmentation %v, want 0", got)
@@ -130,8 +134,8 @@ func TestCoverageKeepsTheHeaviestShapes(t *testing.T) {
 	}
 	// Equal shapes are merged.
 	w = NewWorkload([]Shape{{share(100, 1), 1}, {share(100, 1), 2}}, Options{})
-	if s := w.Shapes(); len(s) != 1 || s[0].Weight != 3 {
-		t.Errorf("merged shapes %+v, want one of weight 3", s)
+	if s := w.Shapes(); len(s) != 1 || s[0].Weight != 1 {
+		t.Errorf("merged shapes %+v, want one of all the weight", s)
 	}
 }
 
@@ -150,7 +154,7 @@ func TestHistogramDecays(t *testing.T) {
 	flat.Observe(a)
 	flat.Observe(b)
 	flat.Observe(a)
-	if s := flat.Workload(Options{}).Shapes(); s[0].Weight != 2 || s[1].Weight != 1 {
-		t.Errorf("undecayed shapes %+v, want counts 2 and 1", s)
+	if s := flat.Workload(Options{}).Shapes(); math.Abs(s[0].Weight-2.0/3) > 1e-9 || math.Abs(s[1].Weight-1.0/3) > 1e-9 {
+		t.Errorf("undecayed shapes %+v, want two thirds and a third", s)
 	}
 }

@@ -1,0 +1,139 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/strata-sh/strata/scheduler-plugins/fragment"
+)
+
+// Model policies: how the model engine picks a node for a pod.
+const (
+	// PolicyStrata is Strata's fragmentation measure (package fragment,
+	// default options): the node whose fragmentation grows least, the
+	// earliest node on a tie.
+	PolicyStrata = "strata"
+	// PolicyFGD is the trace authors' FGD as their simulator runs it:
+	// int(100·sigmoid(-Δ/1000)) of their fragment measure, ties to the
+	// earliest node.
+	PolicyFGD = "fgd"
+	// PolicyBestFit is their best-fit: least free CPU and GPU after the
+	// pod, each over the largest node's (128 cores, 8 GPUs).
+	PolicyBestFit = "bestfit"
+	// PolicyRandom picks a node that fits at random.
+	PolicyRandom = "random"
+)
+
+// ModelPolicies lists the model engine's policies.
+var ModelPolicies = []string{PolicyStrata, PolicyFGD, PolicyBestFit, PolicyRandom}
+
+// ModelResult is one seed's replay.
+type ModelResult struct {
+	Seed   uint64
+	Curve  *Curve
+	Failed int
+}
+
+// RunModel replays one seed with the model engine: the fragment
+// package's first-fit placement inside a node (the DRA allocator's) and a
+// policy over nodes, with no Kubernetes components. It is the fast way to
+// study a policy; the framework engine checks its figures through the
+// real scheduler.
+func RunModel(nodes []TraceNode, pods []TracePod, policy string, seed uint64) (*ModelResult, error) {
+	if !slices.Contains(ModelPolicies, policy) {
+		return nil, fmt.Errorf("policy %q is not one of %v", policy, ModelPolicies)
+	}
+	state := make([]fragment.Node, len(nodes))
+	var total int64
+	for i, n := range nodes {
+		g := make([]int32, n.GPUs)
+		for j := range g {
+			g[j] = fragment.Whole
+		}
+		state[i] = fragment.Node{CPU: n.CPU, Memory: n.Memory << 20, Model: n.Model, GPUs: g}
+		total += int64(n.GPUs) * fragment.Whole
+	}
+	var w *fragment.Workload
+	switch policy {
+	case PolicyStrata:
+		w = TraceWorkload(pods, fragment.DefaultOptions)
+	case PolicyFGD:
+		w = TraceWorkload(pods, fragment.Options{Coverage: 0.95, UnreachableOnly: true})
+	}
+	frag := make([]float64, len(state))
+	if w != nil {
+		for i := range state {
+			frag[i] = w.Fragmentation(&state[i])
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 0xfeed))
+	res := &ModelResult{Seed: seed, Curve: NewCurve(total)}
+	for _, p := range Sample(pods, total, seed) {
+		t := Task(p)
+		best, bestGPUs := -1, []int(nil)
+		bestScore := math.Inf(-1)
+		fits := 0
+		for i := range state {
+			n := &state[i]
+			g, ok := fragment.FirstFit(n, t)
+			if !ok {
+				continue
+			}
+			var score float64
+			switch policy {
+			case PolicyStrata:
+				fragment.Apply(n, t, g, 1)
+				score = -(w.Fragmentation(n) - frag[i])
+				fragment.Apply(n, t, g, -1)
+			case PolicyFGD:
+				fragment.Apply(n, t, g, 1)
+				d := w.Fragmentation(n) - frag[i]
+				fragment.Apply(n, t, g, -1)
+				score = math.Trunc(100 / (1 + math.Exp(d/1000)))
+			case PolicyBestFit:
+				score = -(float64(n.CPU-t.CPU)/128000 + float64(n.Idle()-t.GPUMilli())/8000)
+			case PolicyRandom:
+				fits++
+				if rng.IntN(fits) == 0 {
+					best, bestGPUs = i, g
+				}
+				continue
+			}
+			if score > bestScore {
+				best, bestGPUs, bestScore = i, g, score
+			}
+		}
+		if best >= 0 {
+			fragment.Apply(&state[best], t, bestGPUs, 1)
+			if w != nil {
+				frag[best] = w.Fragmentation(&state[best])
+			}
+		} else {
+			res.Failed++
+		}
+		res.Curve.Add(p, best >= 0)
+	}
+	return res, nil
+}
+
+// Task is a trace pod as the fragment package sees it; memory in bytes.
+func Task(p TracePod) fragment.Task {
+	return fragment.Task{CPU: p.CPU, Memory: p.Memory << 20, GPUs: p.GPUs, Milli: int32(p.Milli), Models: p.Models}
+}
+
+// TraceWorkload is the expected mix as the trace's authors build it: the
+// pod list's shapes by CPU, GPUs, share and models, weighted by how many
+// pods have each. Memory is left out of the shapes: it bounds where a pod
+// fits, not what a node is expected to host (with it the shapes split
+// into many rare ones).
+func TraceWorkload(pods []TracePod, o fragment.Options) *fragment.Workload {
+	shapes := make([]fragment.Shape, 0, len(pods))
+	for _, p := range pods {
+		t := Task(p)
+		t.Memory = 0
+		shapes = append(shapes, fragment.Shape{Task: t, Weight: 1})
+	}
+	return fragment.NewWorkload(shapes, o)
+}

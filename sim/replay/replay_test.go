@@ -1,0 +1,103 @@
+package replay
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// traceDir is where the openb trace is kept beside the repository; tests
+// that need it skip without it.
+const traceDir = "../../../shared/data/openb"
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestReadPods(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"+
+		"a,12000,16384,1,460,\nb,4000,8192,0,0,\nc,32000,65536,8,1000,V100M16|V100M32\nd,1000,1024,2,500,\n")
+	pods, err := ReadPods(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != 4 || pods[0].GPUMilli() != 460 || pods[1].GPUMilli() != 0 || pods[2].GPUMilli() != 8000 || len(pods[2].Models) != 2 {
+		t.Fatalf("pods %+v", pods)
+	}
+	// Several GPUs are whole, whatever gpu_milli says.
+	if pods[3].GPUMilli() != 2000 {
+		t.Errorf("a two-GPU pod asks %d milli, want 2000", pods[3].GPUMilli())
+	}
+	bad := writeFile(t, t.TempDir(), "bad.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,1,0\n")
+	if _, err := ReadPods(bad); err == nil {
+		t.Error("a one-GPU pod with gpu_milli 0 was accepted")
+	}
+	missing := writeFile(t, t.TempDir(), "missing.csv", "name,cpu_milli,num_gpu,gpu_milli\n")
+	if _, err := ReadPods(missing); err == nil {
+		t.Error("a pod list without memory_mib was accepted")
+	}
+}
+
+func TestSampleReachesTheInflation(t *testing.T) {
+	pods := []TracePod{{GPUs: 1, Milli: 500}, {GPUs: 0}, {GPUs: 2, Milli: 1000}}
+	s := Sample(pods, 100_000, 42)
+	var demand int64
+	for _, p := range s {
+		demand += p.GPUMilli()
+	}
+	if demand < 130_000 || demand-s[len(s)-1].GPUMilli() >= 130_000 {
+		t.Errorf("sampled demand %d, want the first draw reaching 130000", demand)
+	}
+	again := Sample(pods, 100_000, 42)
+	if len(again) != len(s) {
+		t.Error("the same seed drew a different sample")
+	}
+}
+
+func TestCurveAt100(t *testing.T) {
+	c := NewCurve(4000)
+	c.Add(TracePod{GPUs: 1, Milli: 1000}, true)
+	c.Add(TracePod{GPUs: 2, Milli: 1000}, false)
+	c.Add(TracePod{GPUs: 1, Milli: 1000}, true)
+	// 4000 arrived, 2000 placed.
+	if c.At100 != 50 {
+		t.Errorf("At100 %v, want 50", c.At100)
+	}
+	if u := c.Unallocated(); u[25] != 75 || u[100] != 50 {
+		t.Errorf("curve at 25 %% %v, at 100 %% %v", u[25], u[100])
+	}
+}
+
+// The model engine on a slice of the real trace: every policy places
+// pods, and Strata's leaves no more unallocated than random placement.
+func TestModelOnTheTrace(t *testing.T) {
+	if _, err := os.Stat(traceDir); err != nil {
+		t.Skip("no openb trace beside the repository")
+	}
+	nodes, err := ReadNodes(filepath.Join(traceDir, "openb_node_list_gpu_node.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := ReadPods(filepath.Join(traceDir, "openb_pod_list_default.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes = nodes[:120]
+	got := map[string]float64{}
+	for _, pol := range ModelPolicies {
+		r, err := RunModel(nodes, pods, pol, 42)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[pol] = r.Curve.At100
+	}
+	if got[PolicyStrata] > got[PolicyRandom] {
+		t.Errorf("unallocated at 100 %%: %v; Strata's is above random's", got)
+	}
+	t.Logf("unallocated at 100 %% on 120 nodes: %v", got)
+}

@@ -1,0 +1,157 @@
+package replay
+
+import (
+	"cmp"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Options say what to replay.
+type Options struct {
+	// TraceDir holds openb_node_list_gpu_node.csv and
+	// openb_pod_list_<variant>.csv.
+	TraceDir string
+	Variants []string
+	Policies []string
+	Seeds    []uint64
+	// OutDir, if set, receives curves.csv and results.csv.
+	OutDir string
+	Out    io.Writer
+}
+
+// Result is one policy's replay of one variant.
+type Result struct {
+	Variant, Policy string
+	// At100 is the unallocated GPU percent at 100 % arrived, per seed.
+	At100 []float64
+	// Curve is the median over seeds of the unallocated GPU percent at
+	// each whole arrived percent.
+	Curve   []float64
+	Elapsed time.Duration
+}
+
+// Median of At100.
+func (r Result) Median() float64 { return median(r.At100) }
+
+// Run replays every variant under every policy and seed with the model
+// engine, the seeds of one policy in parallel.
+func Run(o Options) ([]Result, error) {
+	nodes, err := ReadNodes(filepath.Join(o.TraceDir, "openb_node_list_gpu_node.csv"))
+	if err != nil {
+		return nil, err
+	}
+	var out []Result
+	for _, v := range o.Variants {
+		pods, err := ReadPods(filepath.Join(o.TraceDir, "openb_pod_list_"+v+".csv"))
+		if err != nil {
+			return nil, err
+		}
+		for _, pol := range o.Policies {
+			start := time.Now()
+			res := make([]*ModelResult, len(o.Seeds))
+			errs := make([]error, len(o.Seeds))
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+			for i, s := range o.Seeds {
+				wg.Go(func() {
+					sem <- struct{}{}
+					defer func() { <-sem }()
+					res[i], errs[i] = RunModel(nodes, pods, pol, s)
+				})
+			}
+			wg.Wait()
+			r := Result{Variant: v, Policy: pol, Elapsed: time.Since(start), Curve: make([]float64, 131)}
+			curves := make([][]float64, len(res))
+			for i, m := range res {
+				if errs[i] != nil {
+					return nil, errs[i]
+				}
+				r.At100 = append(r.At100, m.Curve.At100)
+				curves[i] = m.Curve.Unallocated()
+			}
+			for b := range r.Curve {
+				var at []float64
+				for _, c := range curves {
+					if !math.IsNaN(c[b]) {
+						at = append(at, c[b])
+					}
+				}
+				r.Curve[b] = median(at)
+			}
+			out = append(out, r)
+			if o.Out != nil {
+				fmt.Fprintf(o.Out, "%-12s %-8s median %5.2f %% unallocated at 100 %% arrived (seeds: %s) in %s\n",
+					v, pol, r.Median(), formatAll(r.At100), r.Elapsed.Round(time.Second))
+			}
+		}
+	}
+	if o.OutDir != "" {
+		if err := writeResults(o.OutDir, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return (s[len(s)/2] + s[(len(s)-1)/2]) / 2
+}
+
+func formatAll(v []float64) string {
+	out := ""
+	for i, x := range v {
+		if i > 0 {
+			out += " "
+		}
+		out += strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return out
+}
+
+func writeResults(dir string, rs []Result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "results.csv"))
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	w.Write([]string{"workload", "policy", "n_seeds", "unalloc_gpu_pct_median", "unalloc_gpu_pct_per_seed", "seconds"})
+	for _, r := range rs {
+		w.Write([]string{r.Variant, r.Policy, strconv.Itoa(len(r.At100)), strconv.FormatFloat(r.Median(), 'f', 3, 64), formatAll(r.At100), strconv.FormatFloat(r.Elapsed.Seconds(), 'f', 1, 64)})
+	}
+	w.Flush()
+	if err := cmp.Or(w.Error(), f.Close()); err != nil {
+		return err
+	}
+	f, err = os.Create(filepath.Join(dir, "curves.csv"))
+	if err != nil {
+		return err
+	}
+	w = csv.NewWriter(f)
+	w.Write([]string{"workload", "policy", "arrived_pct", "unalloc_gpu_pct_median"})
+	for _, r := range rs {
+		for b, v := range r.Curve {
+			if !math.IsNaN(v) {
+				w.Write([]string{r.Variant, r.Policy, strconv.Itoa(b), strconv.FormatFloat(v, 'f', 3, 64)})
+			}
+		}
+	}
+	w.Flush()
+	return cmp.Or(w.Error(), f.Close())
+}
