@@ -25,7 +25,7 @@ HEAVY_PKGS = $(shell $(GO) list -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}'
 RACE_HEAVY = github.com/strata-sh/strata/scheduler-plugins/gang
 RACE_PKGS = $(filter-out $(HEAVY_PKGS),$(ALL_PKGS)) $(RACE_HEAVY)
 
-.PHONY: all build demo test unit e2e generate verify bench-sim images clean
+.PHONY: all build demo test unit e2e generate verify bench-sim replay images clean
 
 all: build
 
@@ -56,6 +56,15 @@ bench-sim:
 	cd tests/e2e && for n in $(SIM_BENCH_NODES); do \
 		STRATA_BENCH_NODES=$$n ../../bin/e2e.test -test.run XXX -test.bench BenchmarkSimScale -test.benchtime 1x -test.timeout 60m || exit 1; \
 	done
+
+## replay: Alibaba's openb GPU-sharing traces in their authors' protocol,
+## every variant, seeds 42-51 (docs/scoring.md). TRACE_DIR holds the
+## openb CSV files (clusterdata, cluster-trace-gpu-v2023).
+TRACE_DIR ?= ../shared/data/openb
+REPLAY_OUT ?= out/replay
+
+replay:
+	$(GO) run ./cmd/strata-sim replay --trace-dir $(TRACE_DIR) --variant all --out $(REPLAY_OUT)
 
 ## images: one container image per component (Dockerfile targets).
 CONTAINER_TOOL ?= docker

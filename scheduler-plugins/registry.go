@@ -10,6 +10,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/strata-sh/strata/scheduler-plugins/fitplus"
+	"github.com/strata-sh/strata/scheduler-plugins/fragscore"
 	"github.com/strata-sh/strata/scheduler-plugins/gang"
 	"github.com/strata-sh/strata/scheduler-plugins/scarceavoid"
 )
@@ -24,5 +25,6 @@ func Registry() runtime.Registry {
 		gang.Name:        runtime.FactoryAdapter[fwk.Plugin](fts, gang.New),
 		fitplus.Name:     runtime.FactoryAdapter[fwk.Plugin](fts, fitplus.New),
 		scarceavoid.Name: runtime.FactoryAdapter[fwk.Plugin](fts, scarceavoid.New),
+		fragscore.Name:   runtime.FactoryAdapter[fwk.Plugin](fts, fragscore.New),
 	}
 }

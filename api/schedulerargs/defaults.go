@@ -9,3 +9,32 @@ func (a *NodeResourcesFitPlusArgs) Default() {
 		}
 	}
 }
+
+// StrataFragmentation defaults.
+var (
+	DefaultFragmentationClasses = []string{"nvidia-gpu.strata.sh", "nvidia-shared.strata.sh"}
+)
+
+const (
+	DefaultUnreachableWeight int32 = 400
+	DefaultCoveragePercent   int32 = 95
+	DefaultHalfLifePods      int32 = 20000
+)
+
+// Default fills in the classes, weight, coverage and half-life left out.
+func (a *StrataFragmentationArgs) Default() {
+	if len(a.DeviceClasses) == 0 {
+		a.DeviceClasses = append([]string(nil), DefaultFragmentationClasses...)
+	}
+	if a.UnreachableWeight == nil {
+		w := DefaultUnreachableWeight
+		a.UnreachableWeight = &w
+	}
+	if a.CoveragePercent == 0 {
+		a.CoveragePercent = DefaultCoveragePercent
+	}
+	if a.HalfLifePods == nil {
+		h := DefaultHalfLifePods
+		a.HalfLifePods = &h
+	}
+}

@@ -23,9 +23,10 @@ var (
 // AddToScheme registers the args, in both versions, with their defaults.
 func AddToScheme(s *runtime.Scheme) error {
 	for _, gv := range []schema.GroupVersion{SchemeGroupVersion, internalGroupVersion} {
-		s.AddKnownTypes(gv, &NodeResourcesFitPlusArgs{}, &ScarceResourceAvoidanceArgs{})
+		s.AddKnownTypes(gv, &NodeResourcesFitPlusArgs{}, &ScarceResourceAvoidanceArgs{}, &StrataFragmentationArgs{})
 	}
 	s.AddTypeDefaultingFunc(&NodeResourcesFitPlusArgs{}, func(obj any) { obj.(*NodeResourcesFitPlusArgs).Default() })
+	s.AddTypeDefaultingFunc(&StrataFragmentationArgs{}, func(obj any) { obj.(*StrataFragmentationArgs).Default() })
 	return nil
 }
 

@@ -58,3 +58,28 @@ type ScarceResourceAvoidanceArgs struct {
 	// duplicates.
 	Resources []corev1.ResourceName `json:"resources,omitempty"`
 }
+
+// StrataFragmentationArgs configures StrataFragmentation, the score
+// plugin that places GPU pods where the cluster's expected lost GPU grows
+// least (package scheduler-plugins/fragment).
+//
+// +kubebuilder:object:root=true
+type StrataFragmentationArgs struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// DeviceClasses whose devices are the GPUs measured, and whose
+	// requests in a pod's claims are its GPU demand. Default:
+	// nvidia-gpu.strata.sh and nvidia-shared.strata.sh.
+	DeviceClasses []string `json:"deviceClasses,omitempty"`
+	// UnreachableWeight weighs GPU no copy of a task shape can reach
+	// (FGD's fragment) against GPU its packed copies leave stranded, in
+	// percent: 400 (the default) counts it four times. 0 to 10000.
+	UnreachableWeight *int32 `json:"unreachableWeight,omitempty"`
+	// CoveragePercent keeps the most frequent task shapes up to this
+	// share of the pods seen. 1 to 100, default 95.
+	CoveragePercent int32 `json:"coveragePercent,omitempty"`
+	// HalfLifePods is how many pods it takes for a seen pod's weight in
+	// the expected mix to halve. 0 keeps every pod's weight; default
+	// 20000.
+	HalfLifePods *int32 `json:"halfLifePods,omitempty"`
+}

@@ -72,3 +72,32 @@ func validateName(p *field.Path, name corev1.ResourceName) field.ErrorList {
 	}
 	return nil
 }
+
+// Validate checks defaulted args; each error names its field.
+func (a *StrataFragmentationArgs) Validate() field.ErrorList {
+	var errs field.ErrorList
+	p := field.NewPath("deviceClasses")
+	if len(a.DeviceClasses) == 0 {
+		errs = append(errs, field.Required(p, "the GPUs' DeviceClasses"))
+	}
+	seen := sets.New[string]()
+	for i, c := range a.DeviceClasses {
+		if seen.Has(c) {
+			errs = append(errs, field.Duplicate(p.Index(i), c))
+		}
+		seen.Insert(c)
+		if msgs := validation.IsDNS1123Subdomain(c); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(p.Index(i), c, strings.Join(msgs, "; ")))
+		}
+	}
+	if w := a.UnreachableWeight; w != nil && (*w < 0 || *w > 10000) {
+		errs = append(errs, field.Invalid(field.NewPath("unreachableWeight"), *w, "must be between 0 and 10000 (percent)"))
+	}
+	if c := a.CoveragePercent; c < 1 || c > 100 {
+		errs = append(errs, field.Invalid(field.NewPath("coveragePercent"), c, "must be between 1 and 100"))
+	}
+	if h := a.HalfLifePods; h != nil && *h < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("halfLifePods"), *h, "must not be negative"))
+	}
+	return errs
+}

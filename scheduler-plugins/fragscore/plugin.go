@@ -1,0 +1,368 @@
+// Package fragscore is StrataFragmentation, the score plugin that places
+// pods where the cluster keeps most of its GPUs usable: the node whose
+// expected lost GPU (package fragment) grows least with the pod on it.
+//
+// # What it reads
+//
+//   - The GPUs: the devices of the configured DeviceClasses in each
+//     node's own ResourceSlices, in slice order (the order in which the
+//     DRA allocator tries them). A GPU's free share is what its claims
+//     leave: none when one claim holds it whole; for shared GPUs the less
+//     of cores and memory left (consumable capacity "cores", percent, and
+//     "memory", bytes, as the nvidia.strata.sh plugin publishes them).
+//   - The pod: its CPU and memory requests, and what its claims ask of
+//     those classes (a request's count; a share from its "cores"
+//     capacity request, or the first alternative's of a firstAvailable
+//     request). A claim already allocated adds nothing.
+//   - The expected mix: every pod the plugin scores is counted in a
+//     histogram of task shapes whose weights halve every HalfLifePods
+//     pods. A GPU pod's accepted models are those of the nodes that
+//     passed the filters.
+//
+// # Score
+//
+// PreScore computes for each feasible node the fragmentation increase of
+// placing the pod on the GPUs first fit would give it. The raw score is
+// that increase negated; NormalizeScore ranks the nodes, best first and
+// node name second on equal increases, and gives the best 100, the next
+// 99 and so on. Ranking rather than scaling is deliberate: many nodes
+// tie (empty ones, full ones), and kube-scheduler breaks ties between
+// equal totals at random, which spreads pods and costs whole GPUs; a
+// fixed order keeps the later nodes whole for large pods.
+package fragscore
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/dynamic-resource-allocation/structured"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+
+	"github.com/strata-sh/strata/api/schedulerargs"
+	"github.com/strata-sh/strata/scheduler-plugins/fragment"
+	"github.com/strata-sh/strata/scheduler-plugins/internal/devicecount"
+)
+
+// Name of the plugin in the scheduler configuration.
+const Name = "StrataFragmentation"
+
+// gpus is the internal resource name the classes are counted under.
+const gpus corev1.ResourceName = "strata.sh/fragmentation-gpus"
+
+// Capacity names of a shared GPU.
+const (
+	capCores  resourceapi.QualifiedName = "cores"
+	capMemory resourceapi.QualifiedName = "memory"
+)
+
+// Plugin scores nodes by the fragmentation a pod's placement adds.
+type Plugin struct {
+	classNames []string
+	opts       fragment.Options
+	requests   resourcehelper.PodResourcesOptions
+	dra        fwk.SharedDRAManager
+	devices    *devicecount.Counter
+
+	mu   sync.Mutex
+	hist *fragment.Histogram
+	seen map[types.UID]bool
+}
+
+var (
+	_ fwk.PreScorePlugin  = (*Plugin)(nil)
+	_ fwk.ScorePlugin     = (*Plugin)(nil)
+	_ fwk.ScoreExtensions = (*Plugin)(nil)
+)
+
+// New creates the plugin from StrataFragmentationArgs (defaulted), after
+// validating them; the error names the invalid field.
+func New(_ context.Context, obj runtime.Object, h fwk.Handle, fts feature.Features) (fwk.Plugin, error) {
+	args := &schedulerargs.StrataFragmentationArgs{}
+	switch a := obj.(type) {
+	case nil:
+	case *schedulerargs.StrataFragmentationArgs:
+		if a != nil {
+			args = a.DeepCopy()
+		}
+	default:
+		return nil, fmt.Errorf("want args of type StrataFragmentationArgs, got %T", obj)
+	}
+	args.Default()
+	if errs := args.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid %s args: %w", Name, errs.ToAggregate())
+	}
+	var dra fwk.SharedDRAManager
+	if h != nil {
+		dra = h.SharedDRAManager()
+	}
+	return &Plugin{
+		classNames: args.DeviceClasses,
+		opts:       fragment.Options{Coverage: float64(args.CoveragePercent) / 100, Alpha: float64(*args.UnreachableWeight) / 100},
+		requests: resourcehelper.PodResourcesOptions{
+			UseStatusResources:    fts.EnableInPlacePodVerticalScaling,
+			SkipPodLevelResources: !fts.EnablePodLevelResources,
+		},
+		dra:     dra,
+		devices: devicecount.New(dra, []corev1.ResourceName{gpus}, fts),
+		hist:    &fragment.Histogram{HalfLife: float64(*args.HalfLifePods)},
+		seen:    map[types.UID]bool{},
+	}, nil
+}
+
+// Name implements fwk.Plugin.
+func (p *Plugin) Name() string { return Name }
+
+const stateKey fwk.StateKey = Name
+
+// state holds the cycle's raw scores by node.
+type state struct{ raw map[string]int64 }
+
+func (s *state) Clone() fwk.StateData { return s }
+
+// PreScore measures each feasible node.
+func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	st, err := p.measure(ctx, pod, nodes)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	cs.Write(stateKey, st)
+	return nil
+}
+
+// Score implements fwk.ScorePlugin: the raw score PreScore computed.
+func (p *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
+	d, err := cs.Read(stateKey)
+	if err != nil {
+		return 0, fwk.AsStatus(fmt.Errorf("%s: PreScore did not run: %w", Name, err))
+	}
+	return d.(*state).raw[ni.Node().Name], nil
+}
+
+// ScoreExtensions implements fwk.ScorePlugin.
+func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }
+
+// NormalizeScore ranks the nodes: 100 for the least added fragmentation,
+// one less for each next node (node name second), 0 from the 101st.
+func (p *Plugin) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *corev1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	order := make([]int, len(scores))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		sa, sb := scores[order[a]], scores[order[b]]
+		if sa.Score != sb.Score {
+			return sa.Score > sb.Score
+		}
+		return sa.Name < sb.Name
+	})
+	for rank, i := range order {
+		scores[i].Score = max(fwk.MaxNodeScore-int64(rank), fwk.MinNodeScore)
+	}
+	return nil
+}
+
+// scale turns a fragmentation increase (milli-GPU, fractional) into an
+// integer raw score that keeps a thousandth of a milli.
+const scale = 1000
+
+func (p *Plugin) measure(ctx context.Context, pod *corev1.Pod, nodes []fwk.NodeInfo) (*state, error) {
+	st := &state{raw: make(map[string]int64, len(nodes))}
+	classes, err := p.classes()
+	if err != nil {
+		return nil, err
+	}
+	task := p.task(pod, classes)
+	devs, err := p.devices.Devices(ctx, devicecount.Classes{gpus: classes}, gpus, nodes)
+	if err != nil {
+		return nil, err
+	}
+	alloc, err := p.devices.AllocatedState()
+	if err != nil {
+		return nil, err
+	}
+	view := make([]fragment.Node, len(nodes))
+	models := map[string]bool{}
+	for i, ni := range nodes {
+		view[i] = nodeView(ni, devs[ni.Node().Name], alloc)
+		if len(view[i].GPUs) > 0 {
+			models[view[i].Model] = true
+		}
+	}
+	if task.GPUs > 0 {
+		task.Models = slices.Sorted(func(yield func(string) bool) {
+			for m := range models {
+				if !yield(m) {
+					return
+				}
+			}
+		})
+	}
+	w := p.observe(pod.UID, task)
+	for i, ni := range nodes {
+		n := &view[i]
+		g, ok := fragment.FirstFit(n, task)
+		if !ok {
+			st.raw[ni.Node().Name] = math.MinInt64 / 2
+			continue
+		}
+		st.raw[ni.Node().Name] = -int64(math.Round(w.Delta(n, task, g) * scale))
+	}
+	return st, nil
+}
+
+// observe counts the pod in the mix once and returns the mix.
+func (p *Plugin) observe(uid types.UID, t fragment.Task) *fragment.Workload {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.seen[uid] {
+		if len(p.seen) > 1<<18 {
+			p.seen = map[types.UID]bool{}
+		}
+		p.seen[uid] = true
+		p.hist.Observe(t)
+	}
+	return p.hist.Workload(p.opts)
+}
+
+func (p *Plugin) classes() ([]*resourceapi.DeviceClass, error) {
+	if p.dra == nil {
+		return nil, nil
+	}
+	var out []*resourceapi.DeviceClass
+	for _, name := range p.classNames {
+		c, err := p.dra.DeviceClasses().Get(name)
+		if err != nil {
+			continue // not installed
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// task is what the pod asks, as the fragment package sees it.
+func (p *Plugin) task(pod *corev1.Pod, classes []*resourceapi.DeviceClass) fragment.Task {
+	req := resourcehelper.PodRequests(pod, p.requests)
+	t := fragment.Task{CPU: req.Cpu().MilliValue(), Memory: req.Memory().Value()}
+	if p.dra == nil || len(classes) == 0 {
+		return t
+	}
+	names := map[string]bool{}
+	for _, c := range classes {
+		names[c.Name] = true
+	}
+	for _, pc := range pod.Spec.ResourceClaims {
+		claim := p.claimOf(pod, pc)
+		if claim == nil || claim.Status.Allocation != nil {
+			continue
+		}
+		for _, r := range claim.Spec.Devices.Requests {
+			class, count, capacity := "", int64(0), (*resourceapi.CapacityRequirements)(nil)
+			switch {
+			case r.Exactly != nil:
+				class, count, capacity = r.Exactly.DeviceClassName, r.Exactly.Count, r.Exactly.Capacity
+			case len(r.FirstAvailable) > 0:
+				s := r.FirstAvailable[0]
+				class, count, capacity = s.DeviceClassName, s.Count, s.Capacity
+			}
+			if !names[class] {
+				continue
+			}
+			count = max(count, 1)
+			if capacity != nil {
+				if q, ok := capacity.Requests[capCores]; ok && q.Value() < 100 {
+					t.GPUs, t.Milli = 1, int32(q.Value()*10)
+					continue
+				}
+			}
+			t.GPUs += int(count)
+			t.Milli = fragment.Whole
+		}
+	}
+	if t.GPUs > 1 {
+		t.Milli = fragment.Whole
+	}
+	return t
+}
+
+func (p *Plugin) claimOf(pod *corev1.Pod, pc corev1.PodResourceClaim) *resourceapi.ResourceClaim {
+	name := ""
+	if pc.ResourceClaimName != nil {
+		name = *pc.ResourceClaimName
+	} else {
+		for _, s := range pod.Status.ResourceClaimStatuses {
+			if s.Name == pc.Name && s.ResourceClaimName != nil {
+				name = *s.ResourceClaimName
+			}
+		}
+	}
+	if name == "" {
+		return nil
+	}
+	c, err := p.dra.ResourceClaims().Get(pod.Namespace, name)
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// nodeView is a node's free CPU, memory and GPUs.
+func nodeView(ni fwk.NodeInfo, devs []devicecount.NodeDevice, alloc *structured.AllocatedState) fragment.Node {
+	a, r := ni.GetAllocatable(), ni.GetRequested()
+	n := fragment.Node{CPU: a.GetMilliCPU() - r.GetMilliCPU(), Memory: a.GetMemory() - r.GetMemory()}
+	for _, d := range devs {
+		if n.Model == "" {
+			n.Model = modelOf(d.Device)
+		}
+		n.GPUs = append(n.GPUs, freeShare(d, alloc))
+	}
+	return n
+}
+
+// modelOf names a GPU's model: its product name where the driver
+// publishes one, else the vendor-neutral model.
+func modelOf(d *resourceapi.Device) string {
+	for name, a := range d.Attributes {
+		if a.StringValue != nil && (name == "productName" || strings.HasSuffix(string(name), "/productName")) {
+			return *a.StringValue
+		}
+	}
+	if a, ok := d.Attributes["accelerator.strata.sh/model"]; ok && a.StringValue != nil {
+		return *a.StringValue
+	}
+	return ""
+}
+
+// freeShare is what a GPU's claims leave of it, in milli.
+func freeShare(d devicecount.NodeDevice, alloc *structured.AllocatedState) int32 {
+	if alloc.AllocatedDevices.Has(d.ID) {
+		return 0
+	}
+	used, ok := alloc.AggregatedCapacity[d.ID]
+	if !ok {
+		return fragment.Whole
+	}
+	free := int64(fragment.Whole)
+	for name, total := range d.Device.Capacity {
+		if name != capCores && name != capMemory {
+			continue
+		}
+		q, ok := used[name]
+		if !ok || q == nil || total.Value.Value() == 0 {
+			continue
+		}
+		left := (total.Value.Value() - q.Value()) * fragment.Whole / total.Value.Value()
+		free = min(free, max(left, 0))
+	}
+	return int32(free)
+}

@@ -1,0 +1,68 @@
+package devicecount
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/structured"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
+)
+
+// NodeDevice is one device a name's classes select on a node.
+type NodeDevice struct {
+	ID     structured.DeviceID
+	Device *resourceapi.Device
+}
+
+// Devices returns, per node, the devices of the node's own ResourceSlices
+// (spec.nodeName; the newest generation of each pool) that the classes of
+// name select, in slice order: the order the DRA allocator tries them.
+// The devices are the informer's: read them, do not change them.
+func (c *Counter) Devices(ctx context.Context, classes Classes, name corev1.ResourceName, nodes []fwk.NodeInfo) (map[string][]NodeDevice, error) {
+	out := make(map[string][]NodeDevice, len(nodes))
+	if len(classes[name]) == 0 || len(nodes) == 0 || c.dra == nil {
+		return out, nil
+	}
+	want := make(map[string]bool, len(nodes))
+	for _, ni := range nodes {
+		want[ni.Node().Name] = true
+	}
+	list, err := c.dra.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return nil, fmt.Errorf("list ResourceSlices: %w", err)
+	}
+	newest := newestGenerations(list)
+	key := classes.key(name)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, slice := range list {
+		node := ptr.Deref(slice.Spec.NodeName, "")
+		if !want[node] || slice.Spec.Pool.Generation < newest[poolOf(slice)] {
+			continue
+		}
+		sel := c.selection(ctx, slice, name, classes[name], key)
+		for j, d := range sel.devices {
+			out[node] = append(out[node], NodeDevice{ID: sel.ids[j], Device: &slice.Spec.Devices[d]})
+		}
+	}
+	return out, nil
+}
+
+// AllocatedState returns the devices allocated to any claim and what
+// shared devices' claims consume, retried as allocated() is.
+func (c *Counter) AllocatedState() (*structured.AllocatedState, error) {
+	if c.dra == nil {
+		return &structured.AllocatedState{}, nil
+	}
+	var err error
+	for range 5 {
+		var state *structured.AllocatedState
+		if state, err = c.dra.ResourceClaims().GatherAllocatedState(); err == nil {
+			return state, nil
+		}
+	}
+	return nil, fmt.Errorf("gather allocated devices: %w", err)
+}
