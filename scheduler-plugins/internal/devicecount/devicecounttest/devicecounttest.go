@@ -34,8 +34,8 @@ import (
 const GPUDriver = "nvidia.strata.sh"
 
 // DRAManager starts kube-scheduler's DRA manager on a fake clientset
-// holding objects, and returns once it sees every ResourceSlice and
-// every allocated device of the claims among them.
+// holding objects, and returns once it sees every ResourceSlice, every
+// claim and every allocated device of the claims among them.
 func DRAManager(ctx context.Context, tb testing.TB, objects ...runtime.Object) fwk.SharedDRAManager {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(ctx)
@@ -70,6 +70,14 @@ func DRAManager(ctx context.Context, tb testing.TB, objects ...runtime.Object) f
 		s, err := m.ResourceSlices().ListWithDeviceTaintRules()
 		if err != nil || len(s) != wantSlices {
 			return false, nil
+		}
+		for _, obj := range objects {
+			// Every claim, allocated or not, must be readable.
+			if c, ok := obj.(*resourceapi.ResourceClaim); ok {
+				if _, err := m.ResourceClaims().Get(c.Namespace, c.Name); err != nil {
+					return false, nil
+				}
+			}
 		}
 		state, err := m.ResourceClaims().GatherAllocatedState()
 		return err == nil && state.AllocatedDevices.Len()+state.AllocatedSharedDeviceIDs.Len() == wantDevices, nil
