@@ -16,7 +16,7 @@ var (
 )
 
 const (
-	DefaultUnreachableWeight int32 = 400
+	DefaultUnreachableWeight int32 = 1000
 	DefaultCoveragePercent   int32 = 95
 	DefaultHalfLifePods      int32 = 20000
 )

@@ -73,7 +73,7 @@ type StrataFragmentationArgs struct {
 	DeviceClasses []string `json:"deviceClasses,omitempty"`
 	// UnreachableWeight weighs GPU no copy of a task shape can reach
 	// (FGD's fragment) against GPU its packed copies leave stranded, in
-	// percent: 400 (the default) counts it four times. 0 to 10000.
+	// percent: 1000 (the default) counts it ten times. 0 to 10000.
 	UnreachableWeight *int32 `json:"unreachableWeight,omitempty"`
 	// CoveragePercent keeps the most frequent task shapes up to this
 	// share of the pods seen. 1 to 100, default 95.

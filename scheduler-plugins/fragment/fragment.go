@@ -129,7 +129,7 @@ type Options struct {
 	// this fraction of the weight (0 or 1 keeps all): rare shapes cost
 	// time and say little. 0.95 by default.
 	Coverage float64
-	// Alpha weighs Unreachable against Stranded. 4 by default.
+	// Alpha weighs Unreachable against Stranded. 10 by default.
 	Alpha float64
 	// UnreachableOnly leaves Stranded out: FGD's own measure, for
 	// comparison.
@@ -138,7 +138,7 @@ type Options struct {
 
 // DefaultOptions are the options measured best on the openb traces (see
 // docs/benchmarks.md).
-var DefaultOptions = Options{Coverage: 0.95, Alpha: 4}
+var DefaultOptions = Options{Coverage: 0.95, Alpha: 10}
 
 // Workload is the expected mix of tasks.
 type Workload struct {
