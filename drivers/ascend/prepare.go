@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -44,43 +43,14 @@ type vnpu struct {
 func (b *Backend) ledgerPath() string { return filepath.Join(b.cfg.StateDir, ledgerFile) }
 
 func (b *Backend) readLedger() ([]vnpu, error) {
-	raw, err := os.ReadFile(b.ledgerPath())
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
 	var out []vnpu
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return nil, fmt.Errorf("%s: %w", b.ledgerPath(), err)
-	}
-	return out, nil
+	err := plugin.ReadJSONFile(b.ledgerPath(), &out)
+	return out, err
 }
 
 // writeLedger replaces the ledger atomically.
 func (b *Backend) writeLedger(entries []vnpu) error {
-	raw, err := json.Marshal(entries)
-	if err != nil {
-		return err
-	}
-	tmp := b.ledgerPath() + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(raw); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, b.ledgerPath())
+	return plugin.WriteJSONAtomic(b.ledgerPath(), entries)
 }
 
 // chipResourcesLocked returns what the chip's vNPUs may use in all (the

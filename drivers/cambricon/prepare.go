@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -62,44 +61,13 @@ func (l *ledger) holds(card, id int) bool {
 func (b *Backend) ledgerPath() string { return filepath.Join(b.cfg.StateDir, ledgerFile) }
 
 func (b *Backend) readLedger() (*ledger, error) {
-	raw, err := os.ReadFile(b.ledgerPath())
-	if os.IsNotExist(err) {
-		return &ledger{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
 	l := &ledger{}
-	if err := json.Unmarshal(raw, l); err != nil {
-		return nil, fmt.Errorf("%s: %w", b.ledgerPath(), err)
-	}
-	return l, nil
+	err := plugin.ReadJSONFile(b.ledgerPath(), l)
+	return l, err
 }
 
 // writeLedger replaces the ledger atomically.
-func (b *Backend) writeLedger(l *ledger) error {
-	raw, err := json.Marshal(l)
-	if err != nil {
-		return err
-	}
-	tmp := b.ledgerPath() + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(raw); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, b.ledgerPath())
-}
+func (b *Backend) writeLedger(l *ledger) error { return plugin.WriteJSONAtomic(b.ledgerPath(), l) }
 
 // share is what a claim consumes of a card, from its allocation.
 type share struct {
