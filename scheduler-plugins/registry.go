@@ -9,6 +9,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
+	"github.com/strata-sh/strata/scheduler-plugins/devicefit"
 	"github.com/strata-sh/strata/scheduler-plugins/fitplus"
 	"github.com/strata-sh/strata/scheduler-plugins/fragscore"
 	"github.com/strata-sh/strata/scheduler-plugins/gang"
@@ -26,5 +27,6 @@ func Registry() runtime.Registry {
 		fitplus.Name:     runtime.FactoryAdapter[fwk.Plugin](fts, fitplus.New),
 		scarceavoid.Name: runtime.FactoryAdapter[fwk.Plugin](fts, scarceavoid.New),
 		fragscore.Name:   runtime.FactoryAdapter[fwk.Plugin](fts, fragscore.New),
+		devicefit.Name:   runtime.FactoryAdapter[fwk.Plugin](fts, devicefit.New),
 	}
 }

@@ -83,6 +83,7 @@ var (
 	_ fwk.PreScorePlugin  = (*Plugin)(nil)
 	_ fwk.ScorePlugin     = (*Plugin)(nil)
 	_ fwk.ScoreExtensions = (*Plugin)(nil)
+	_ fwk.SignPlugin      = (*Plugin)(nil)
 )
 
 // New creates the plugin from StrataFragmentationArgs (defaulted), after
@@ -122,6 +123,16 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle, fts feature.Featur
 
 // Name implements fwk.Plugin.
 func (p *Plugin) Name() string { return Name }
+
+// SignPod implements fwk.SignPlugin, so that the profile keeps
+// kube-scheduler's batching of like pods: a pod's score depends on its
+// requests and its claims, and pods with claims are not batched.
+func (p *Plugin) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if len(pod.Spec.ResourceClaims) > 0 {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with resource claims are not signable")
+	}
+	return []fwk.SignFragment{{Key: devicecount.RequestsSignerName, Value: resourcehelper.PodRequests(pod, p.requests)}}, nil
+}
 
 const stateKey fwk.StateKey = Name
 

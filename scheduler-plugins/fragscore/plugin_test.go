@@ -151,3 +151,26 @@ func newCounter(dra fwk.SharedDRAManager) *devicecount.Counter {
 }
 
 func classesOf(c []*resourceapi.DeviceClass) devicecount.Classes { return devicecount.Classes{gpus: c} }
+
+// Pods without claims are signed by their requests, so that a profile
+// with the plugin keeps kube-scheduler's batching; pods with claims are
+// not signable.
+func TestSignPod(t *testing.T) {
+	pl, err := New(t.Context(), nil, nil, features)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pl.(*Plugin)
+	cpu := dct.Pod("cpu", map[corev1.ResourceName]string{corev1.ResourceCPU: "2"})
+	frags, st := p.SignPod(t.Context(), cpu)
+	if !st.IsSuccess() || len(frags) != 1 || frags[0].Key != devicecount.RequestsSignerName {
+		t.Fatalf("CPU pod: fragments %v, status %v", frags, st)
+	}
+	if got := frags[0].Value.(corev1.ResourceList)[corev1.ResourceCPU]; got.Cmp(resource.MustParse("2")) != 0 {
+		t.Errorf("signed CPU %v, want 2", got.String())
+	}
+	_, gpuPod := claimFor("one", 1, "1")
+	if _, st := p.SignPod(t.Context(), gpuPod); st.IsSuccess() {
+		t.Error("a pod with a claim was signed")
+	}
+}

@@ -2,7 +2,9 @@ package replay
 
 import (
 	"cmp"
+	"context"
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -21,7 +23,11 @@ type Options struct {
 	// openb_pod_list_<variant>.csv.
 	TraceDir string
 	Variants []string
+	// Engine is EngineModel (the default) or EngineFramework.
+	Engine string
+	// Policies are the model engine's, Profiles the framework engine's.
 	Policies []string
+	Profiles []string
 	Seeds    []uint64
 	// OutDir, if set, receives curves.csv and results.csv.
 	OutDir string
@@ -30,6 +36,7 @@ type Options struct {
 
 // Result is one policy's replay of one variant.
 type Result struct {
+	// Policy is a model engine policy, or framework/<profile>.
 	Variant, Policy string
 	// At100 is the unallocated GPU percent at 100 % arrived, per seed.
 	At100 []float64
@@ -42,12 +49,33 @@ type Result struct {
 // Median of At100.
 func (r Result) Median() float64 { return median(r.At100) }
 
-// Run replays every variant under every policy and seed with the model
-// engine, the seeds of one policy in parallel.
-func Run(o Options) ([]Result, error) {
+// seedRun replays one seed.
+type seedRun func(seed uint64, parallelism int) (*ModelResult, error)
+
+// Run replays every variant under every policy (model engine) or profile
+// (framework engine) and seed, the seeds of one policy in parallel.
+func Run(ctx context.Context, o Options) ([]Result, error) {
 	nodes, err := ReadNodes(filepath.Join(o.TraceDir, "openb_node_list_gpu_node.csv"))
 	if err != nil {
 		return nil, err
+	}
+	var cluster *Cluster
+	names := o.Policies
+	switch o.Engine {
+	case "", EngineModel:
+	case EngineFramework:
+		// A profile that cannot load fails the run before any replay.
+		for _, p := range o.Profiles {
+			if _, err := LoadProfile(p); err != nil {
+				return nil, err
+			}
+		}
+		if cluster, err = BuildCluster(ctx, nodes); err != nil {
+			return nil, err
+		}
+		names = o.Profiles
+	default:
+		return nil, fmt.Errorf("engine %q is not %s or %s", o.Engine, EngineModel, EngineFramework)
 	}
 	var out []Result
 	for _, v := range o.Variants {
@@ -55,42 +83,30 @@ func Run(o Options) ([]Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, pol := range o.Policies {
-			start := time.Now()
-			res := make([]*ModelResult, len(o.Seeds))
-			errs := make([]error, len(o.Seeds))
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-			for i, s := range o.Seeds {
-				wg.Go(func() {
-					sem <- struct{}{}
-					defer func() { <-sem }()
-					res[i], errs[i] = RunModel(nodes, pods, pol, s)
-				})
-			}
-			wg.Wait()
-			r := Result{Variant: v, Policy: pol, Elapsed: time.Since(start), Curve: make([]float64, 131)}
-			curves := make([][]float64, len(res))
-			for i, m := range res {
-				if errs[i] != nil {
-					return nil, errs[i]
-				}
-				r.At100 = append(r.At100, m.Curve.At100)
-				curves[i] = m.Curve.Unallocated()
-			}
-			for b := range r.Curve {
-				var at []float64
-				for _, c := range curves {
-					if !math.IsNaN(c[b]) {
-						at = append(at, c[b])
+		for _, name := range names {
+			label, run := name, seedRun(func(seed uint64, _ int) (*ModelResult, error) { return RunModel(nodes, pods, name, seed) })
+			if cluster != nil {
+				label = EngineFramework + "/" + name
+				run = func(seed uint64, parallelism int) (*ModelResult, error) {
+					r, err := RunFramework(ctx, cluster, pods, name, seed, parallelism)
+					if err != nil {
+						return nil, err
 					}
+					if r.Errors > 0 && o.Out != nil {
+						fmt.Fprintf(o.Out, "%s %s seed %d: %d pods failed on scheduler errors, first: %v\n", v, label, seed, r.Errors, r.FirstErrors[0])
+					}
+					return &r.ModelResult, nil
 				}
-				r.Curve[b] = median(at)
 			}
+			r, err := replaySeeds(o.Seeds, run)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", v, label, err)
+			}
+			r.Variant, r.Policy = v, label
 			out = append(out, r)
 			if o.Out != nil {
 				fmt.Fprintf(o.Out, "%-12s %-8s median %5.2f %% unallocated at 100 %% arrived (seeds: %s) in %s\n",
-					v, pol, r.Median(), formatAll(r.At100), r.Elapsed.Round(time.Second))
+					v, label, r.Median(), formatAll(r.At100), r.Elapsed.Round(time.Second))
 			}
 		}
 	}
@@ -100,6 +116,46 @@ func Run(o Options) ([]Result, error) {
 		}
 	}
 	return out, nil
+}
+
+// replaySeeds runs the seeds in parallel, as many at a time as there are
+// CPUs, and sums them up. Each run gets a share of the CPUs for its own
+// parallel work.
+func replaySeeds(seeds []uint64, run seedRun) (Result, error) {
+	start := time.Now()
+	cpus := runtime.GOMAXPROCS(0)
+	parallelism := max(1, cpus/max(1, min(len(seeds), cpus)))
+	res := make([]*ModelResult, len(seeds))
+	errs := make([]error, len(seeds))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, cpus)
+	for i, s := range seeds {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			res[i], errs[i] = run(s, parallelism)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return Result{}, err
+	}
+	r := Result{Elapsed: time.Since(start), Curve: make([]float64, 131)}
+	curves := make([][]float64, len(res))
+	for i, m := range res {
+		r.At100 = append(r.At100, m.Curve.At100)
+		curves[i] = m.Curve.Unallocated()
+	}
+	for b := range r.Curve {
+		var at []float64
+		for _, c := range curves {
+			if !math.IsNaN(c[b]) {
+				at = append(at, c[b])
+			}
+		}
+		r.Curve[b] = median(at)
+	}
+	return r, nil
 }
 
 func median(v []float64) float64 {

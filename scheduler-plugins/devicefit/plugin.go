@@ -1,0 +1,541 @@
+// Package devicefit is the StrataDeviceFit filter plugin: a cheap,
+// conservative check of a pod's unallocated ResourceClaims against each
+// node's free devices, run before the DynamicResources filter so that the
+// structured allocator only runs on nodes where the claims can fit.
+//
+// Why: the allocator evaluates every CEL selector of a claim's requests
+// and classes on every device of every node it is asked about, and a CEL
+// evaluation builds maps of the device's attributes; on a node whose
+// matching devices are all in use it evaluates all of them and still
+// fails. At a thousand GPU nodes that is most of a DRA pod's scheduling
+// time (see docs/scoring.md). This plugin evaluates each selector once
+// per device per ResourceSlice version, caches the answer, and in
+// PreFilter counts, per node, the matching devices that are free: not
+// allocated, or, for a device that allows several allocations, with
+// room left for what the request consumes of each capacity.
+//
+// It never rejects a node the allocator would accept: every condition it
+// checks is necessary for an allocation, and whatever it cannot work out
+// cheaply it does not check —
+//   - requests with allocationMode All or adminAccess, and claims that are
+//     allocated already, are not checked;
+//   - several requests of a claim are checked one at a time (two requests
+//     may each find a device, but not two different ones);
+//   - device taints, shared counters (partitions), binding conditions,
+//     constraints (matchAttribute) and the rounding of consumed capacity
+//     up to a valid value are ignored;
+//   - a request that devices outside node-local slices (nodeSelector,
+//     allNodes, per-device node selection) could serve is not checked;
+//   - a pod whose claims or classes cannot be read is not checked; the
+//     DynamicResources plugin reports those.
+//
+// A rejected node is Unschedulable, not UnschedulableAndUnresolvable, so
+// preemption still considers it; when preemption removes a pod with
+// claims from a node, the node is let through (RemovePod) and the
+// allocator decides.
+package devicefit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/utils/ptr"
+)
+
+// Name of the plugin in the scheduler configuration.
+const Name = "StrataDeviceFit"
+
+// Plugin is the StrataDeviceFit plugin. It has no args.
+type Plugin struct {
+	dra        fwk.SharedDRAManager
+	enabled    bool
+	consumable bool
+	cel        *cel.Cache
+
+	mu sync.Mutex
+	// matches caches, per ResourceSlice, which of its devices each CEL
+	// expression selects.
+	matches map[string]*sliceMatches
+}
+
+// sliceMatches is one ResourceSlice version's selector results.
+type sliceMatches struct {
+	uid             types.UID
+	resourceVersion string
+	// byExpr holds, per expression, whether it selects each device.
+	byExpr map[string][]bool
+	// ids are the devices' IDs.
+	ids []structured.DeviceID
+}
+
+var (
+	_ fwk.PreFilterPlugin   = (*Plugin)(nil)
+	_ fwk.FilterPlugin      = (*Plugin)(nil)
+	_ fwk.EnqueueExtensions = (*Plugin)(nil)
+	_ fwk.SignPlugin        = (*Plugin)(nil)
+)
+
+// New creates the plugin. It takes no args.
+func New(_ context.Context, obj runtime.Object, h fwk.Handle, fts feature.Features) (fwk.Plugin, error) {
+	if obj != nil {
+		if u, ok := obj.(*runtime.Unknown); !ok || len(u.Raw) > 0 && string(u.Raw) != "{}" && string(u.Raw) != "null" {
+			return nil, fmt.Errorf("%s takes no args, got %T", Name, obj)
+		}
+	}
+	p := &Plugin{
+		enabled:    fts.EnableDynamicResourceAllocation,
+		consumable: fts.EnableDRAConsumableCapacity,
+		cel:        cel.NewCache(64, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity}),
+		matches:    map[string]*sliceMatches{},
+	}
+	if h != nil {
+		p.dra = h.SharedDRAManager()
+	}
+	if p.dra == nil {
+		p.enabled = false
+	}
+	return p, nil
+}
+
+// Name implements fwk.Plugin.
+func (p *Plugin) Name() string { return Name }
+
+// SignPod implements fwk.SignPlugin: the plugin adds nothing to a pod's
+// signature. Pods with claims are not batched anyway (DynamicResources
+// refuses to sign them), and the plugin skips pods without.
+func (p *Plugin) SignPod(context.Context, *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	return nil, nil
+}
+
+// EventsToRegister implements fwk.EnqueueExtensions: a node the plugin
+// rejected can take the pod once devices are freed (claims change or go
+// away), added (slices) or selected differently (classes).
+func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	if !p.enabled {
+		return nil, nil
+	}
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Add | fwk.Update | fwk.Delete}},
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update}},
+		{Event: fwk.ClusterEvent{Resource: fwk.DeviceClass, ActionType: fwk.Add | fwk.Update}},
+		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}},
+	}, nil
+}
+
+const stateKey fwk.StateKey = Name
+
+// state is one cycle's verdicts: the reason each rejected node cannot
+// host the pod's claims, and the nodes preemption has since let through.
+type state struct {
+	rejected map[string]string // read-only once PreFilter is done
+	reopened sets.Set[string]
+}
+
+// Clone implements fwk.StateData; preemption clones the state per node.
+func (s *state) Clone() fwk.StateData {
+	return &state{rejected: s.rejected, reopened: s.reopened.Clone()}
+}
+
+// PreFilter works out which nodes cannot host the pod's unallocated
+// claims. It skips pods without such claims, and pods it cannot check.
+func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if !p.enabled || len(pod.Spec.ResourceClaims) == 0 {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	logger := klog.FromContext(ctx)
+	reqs, why := p.requirements(pod)
+	if len(reqs) == 0 {
+		if why != "" {
+			logger.V(5).Info("Not checking the pod's claims", "pod", klog.KObj(pod), "reason", why)
+		}
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	rejected, err := p.verdicts(ctx, reqs, nodes)
+	if err != nil {
+		// The DynamicResources plugin reads the same state and reports.
+		logger.V(4).Info("Not checking the pod's claims", "pod", klog.KObj(pod), "err", err)
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	cs.Write(stateKey, &state{rejected: rejected, reopened: sets.New[string]()})
+	return nil, nil
+}
+
+// PreFilterExtensions implements fwk.PreFilterPlugin.
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return p }
+
+// AddPod implements fwk.PreFilterExtensions. A pod added in a
+// simulation (a nominated pod) would only take devices; not counting it
+// keeps the plugin conservative.
+func (p *Plugin) AddPod(context.Context, fwk.CycleState, *corev1.Pod, fwk.PodInfo, fwk.NodeInfo) *fwk.Status {
+	return nil
+}
+
+// RemovePod implements fwk.PreFilterExtensions. Preemption removes
+// victims before it filters a node again; a victim with claims may free
+// devices, so the node is no longer rejected and the allocator decides.
+func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, victim fwk.PodInfo, ni fwk.NodeInfo) *fwk.Status {
+	if len(victim.GetPod().Spec.ResourceClaims) == 0 {
+		return nil
+	}
+	s, err := readState(cs)
+	if err != nil {
+		return nil // PreFilter skipped the pod
+	}
+	s.reopened.Insert(ni.Node().Name)
+	return nil
+}
+
+// Filter rejects the nodes PreFilter found too full.
+func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	s, err := readState(cs)
+	if err != nil {
+		return nil
+	}
+	name := ni.Node().Name
+	if reason, ok := s.rejected[name]; ok && !s.reopened.Has(name) {
+		return fwk.NewStatus(fwk.Unschedulable, reason)
+	}
+	return nil
+}
+
+func readState(cs fwk.CycleState) (*state, error) {
+	d, err := cs.Read(stateKey)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := d.(*state)
+	if !ok {
+		return nil, fmt.Errorf("%s: cycle state holds %T", Name, d)
+	}
+	return s, nil
+}
+
+// alternative is one way to satisfy a request: the request itself, or one
+// of its firstAvailable subrequests.
+type alternative struct {
+	// exprs are the class's selectors, then the request's.
+	exprs []string
+	count int64
+	// requests are the capacities the alternative asks for, in milli-units.
+	requests map[resourceapi.QualifiedName]int64
+}
+
+// requirement is one request of an unallocated claim: some alternative
+// must find count free devices on the node.
+type requirement struct {
+	claim, request string
+	alts           []alternative
+}
+
+// requirements lists what the pod's unallocated claims need. It returns
+// nothing, and why, when a claim or class cannot be read.
+func (p *Plugin) requirements(pod *corev1.Pod) ([]requirement, string) {
+	var out []requirement
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil {
+			return nil, err.Error()
+		}
+		if name == nil {
+			continue
+		}
+		claim, err := p.dra.ResourceClaims().Get(pod.Namespace, *name)
+		if err != nil {
+			return nil, err.Error()
+		}
+		if claim.Status.Allocation != nil {
+			continue
+		}
+		for _, r := range claim.Spec.Devices.Requests {
+			req, err := p.requirement(claim.Name, r)
+			if err != nil {
+				return nil, err.Error()
+			}
+			if len(req.alts) > 0 {
+				out = append(out, req)
+			}
+		}
+	}
+	return out, ""
+}
+
+// requirement is what one request needs; no alternatives when the
+// plugin does not check the request.
+func (p *Plugin) requirement(claim string, r resourceapi.DeviceRequest) (requirement, error) {
+	req := requirement{claim: claim, request: r.Name}
+	subs := r.FirstAvailable
+	if e := r.Exactly; e != nil {
+		if ptr.Deref(e.AdminAccess, false) {
+			return req, nil
+		}
+		subs = []resourceapi.DeviceSubRequest{{
+			DeviceClassName: e.DeviceClassName, Selectors: e.Selectors,
+			AllocationMode: e.AllocationMode, Count: e.Count, Capacity: e.Capacity,
+		}}
+	}
+	for _, sub := range subs {
+		if sub.AllocationMode != "" && sub.AllocationMode != resourceapi.DeviceAllocationModeExactCount {
+			// All the matching devices: not checked.
+			return requirement{}, nil
+		}
+		class, err := p.dra.DeviceClasses().Get(sub.DeviceClassName)
+		if err != nil {
+			return requirement{}, err
+		}
+		alt := alternative{count: max(sub.Count, 1)}
+		for _, s := range class.Spec.Selectors {
+			if s.CEL != nil {
+				alt.exprs = append(alt.exprs, s.CEL.Expression)
+			}
+		}
+		for _, s := range sub.Selectors {
+			if s.CEL != nil {
+				alt.exprs = append(alt.exprs, s.CEL.Expression)
+			}
+		}
+		if sub.Capacity != nil && len(sub.Capacity.Requests) > 0 {
+			alt.requests = map[resourceapi.QualifiedName]int64{}
+			for n, q := range sub.Capacity.Requests {
+				alt.requests[n] = q.MilliValue()
+			}
+		}
+		req.alts = append(req.alts, alt)
+	}
+	return req, nil
+}
+
+// verdicts counts, per node, each alternative's free matching devices
+// and returns why each node that cannot satisfy some requirement is
+// rejected.
+func (p *Plugin) verdicts(ctx context.Context, reqs []requirement, nodes []fwk.NodeInfo) (map[string]string, error) {
+	list, err := p.dra.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return nil, fmt.Errorf("list ResourceSlices: %w", err)
+	}
+	allocated, err := p.allocatedState()
+	if err != nil {
+		return nil, err
+	}
+	newest := map[[2]string]int64{}
+	for _, s := range list {
+		k := [2]string{s.Spec.Driver, s.Spec.Pool.Name}
+		if g, ok := newest[k]; !ok || s.Spec.Pool.Generation > g {
+			newest[k] = s.Spec.Pool.Generation
+		}
+	}
+	// offset[i] is where requirement i's alternatives start in a node's
+	// counts.
+	offset := make([]int, len(reqs)+1)
+	for i, r := range reqs {
+		offset[i+1] = offset[i] + len(r.alts)
+	}
+	unchecked := make([]bool, len(reqs))
+	counts := map[string][]int64{}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	seen := make(map[string]bool, len(list))
+	for _, slice := range list {
+		if slice.Spec.Pool.Generation < newest[[2]string{slice.Spec.Driver, slice.Spec.Pool.Name}] {
+			continue
+		}
+		seen[slice.Name] = true
+		node := ptr.Deref(slice.Spec.NodeName, "")
+		local := node != "" && !ptr.Deref(slice.Spec.PerDeviceNodeSelection, false)
+		m := p.sliceMatches(slice)
+		var c []int64
+		if local {
+			if c = counts[node]; c == nil {
+				c = make([]int64, offset[len(reqs)])
+				counts[node] = c
+			}
+		}
+		for i, r := range reqs {
+			if unchecked[i] {
+				continue
+			}
+			for j, alt := range r.alts {
+				sel := p.selection(ctx, m, slice, alt.exprs)
+				for d := range slice.Spec.Devices {
+					dev := &slice.Spec.Devices[d]
+					if !sel(d) {
+						continue
+					}
+					if !local {
+						// Devices reachable from several nodes: not checked.
+						unchecked[i] = true
+						break
+					}
+					if p.free(allocated, m.ids[d], dev, alt) {
+						c[offset[i]+j]++
+					}
+				}
+				if unchecked[i] {
+					break
+				}
+			}
+		}
+	}
+	if len(p.matches) > 2*len(seen)+16 {
+		for name := range p.matches {
+			if !seen[name] {
+				delete(p.matches, name)
+			}
+		}
+	}
+
+	rejected := map[string]string{}
+	for _, ni := range nodes {
+		name := ni.Node().Name
+		c := counts[name]
+		for i, r := range reqs {
+			if unchecked[i] {
+				continue
+			}
+			ok := false
+			var have int64
+			for j, alt := range r.alts {
+				var n int64
+				if c != nil {
+					n = c[offset[i]+j]
+				}
+				have = max(have, n)
+				if n >= alt.count {
+					ok = true
+					break
+				}
+			}
+			if !ok {
+				rejected[name] = reason(r, have)
+				break
+			}
+		}
+	}
+	return rejected, nil
+}
+
+func reason(r requirement, have int64) string {
+	if len(r.alts) == 1 {
+		return fmt.Sprintf("claim %s, request %s: %d free matching devices on the node, needs %d", r.claim, r.request, have, r.alts[0].count)
+	}
+	return fmt.Sprintf("claim %s, request %s: no subrequest finds enough free matching devices on the node (at most %d)", r.claim, r.request, have)
+}
+
+// sliceMatches returns the cache of a slice version. Callers hold p.mu.
+func (p *Plugin) sliceMatches(slice *resourceapi.ResourceSlice) *sliceMatches {
+	m := p.matches[slice.Name]
+	if m == nil || m.uid != slice.UID || m.resourceVersion != slice.ResourceVersion || slice.ResourceVersion == "" {
+		m = &sliceMatches{uid: slice.UID, resourceVersion: slice.ResourceVersion, byExpr: map[string][]bool{}}
+		m.ids = make([]structured.DeviceID, len(slice.Spec.Devices))
+		for i := range slice.Spec.Devices {
+			m.ids[i] = structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, slice.Spec.Devices[i].Name)
+		}
+		p.matches[slice.Name] = m
+	}
+	return m
+}
+
+// selection tells whether all exprs select device d of the slice. A
+// selector that does not compile or fails on the device is taken to
+// select it: the allocator reports such errors, not this plugin. Callers
+// hold p.mu.
+func (p *Plugin) selection(ctx context.Context, m *sliceMatches, slice *resourceapi.ResourceSlice, exprs []string) func(d int) bool {
+	results := make([][]bool, len(exprs))
+	for k, e := range exprs {
+		res, ok := m.byExpr[e]
+		if !ok {
+			res = make([]bool, len(slice.Spec.Devices))
+			compiled := p.cel.GetOrCompile(e)
+			for i := range slice.Spec.Devices {
+				dev := &slice.Spec.Devices[i]
+				if compiled.Error != nil {
+					res[i] = true
+					continue
+				}
+				match, _, err := compiled.DeviceMatches(ctx, cel.Device{Driver: slice.Spec.Driver, AllowMultipleAllocations: dev.AllowMultipleAllocations, Attributes: dev.Attributes, Capacity: dev.Capacity})
+				res[i] = match || err != nil
+			}
+			m.byExpr[e] = res
+		}
+		results[k] = res
+	}
+	return func(d int) bool {
+		for _, res := range results {
+			if !res[d] {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// free tells whether the device could take the alternative: it is not
+// allocated, or it allows several allocations; and, with consumable
+// capacity on, it has every capacity the alternative asks for, with room
+// for what the alternative consumes at least: the amount asked (before
+// rounding up to a valid value), else the capacity's default, else all
+// of it, as the allocator counts it.
+func (p *Plugin) free(allocated *structured.AllocatedState, id structured.DeviceID, dev *resourceapi.Device, alt alternative) bool {
+	var used structured.ConsumedCapacity
+	if ptr.Deref(dev.AllowMultipleAllocations, false) && p.consumable {
+		used = allocated.AggregatedCapacity[id]
+	} else if allocated.AllocatedDevices.Has(id) {
+		return false
+	}
+	if !p.consumable {
+		return true
+	}
+	for name := range alt.requests {
+		if _, ok := dev.Capacity[name]; !ok {
+			// The allocator skips a device without a requested capacity.
+			return false
+		}
+	}
+	for name, c := range dev.Capacity {
+		need, asked := alt.requests[name]
+		switch {
+		case asked:
+			if c.RequestPolicy != nil && c.RequestPolicy.ValidRange != nil && c.RequestPolicy.ValidRange.Min != nil {
+				need = max(need, c.RequestPolicy.ValidRange.Min.MilliValue())
+			}
+		case c.RequestPolicy != nil && c.RequestPolicy.Default != nil:
+			need = c.RequestPolicy.Default.MilliValue()
+		default:
+			need = c.Value.MilliValue()
+		}
+		var have int64
+		if q := used[name]; q != nil {
+			have = q.MilliValue()
+		}
+		if have+need > c.Value.MilliValue() {
+			return false
+		}
+	}
+	return true
+}
+
+// allocatedState reads the devices allocated to any claim, in-flight
+// allocations included. The tracker answers with an error when claims
+// change while it gathers them; that is retried a few times.
+func (p *Plugin) allocatedState() (*structured.AllocatedState, error) {
+	var err error
+	for range 5 {
+		var s *structured.AllocatedState
+		if s, err = p.dra.ResourceClaims().GatherAllocatedState(); err == nil && s != nil {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("gather allocated devices: %w", err)
+}

@@ -1,0 +1,176 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+// errBug marks an error no correct scheduler run returns: a plugin's
+// internal error, or a failure after a node was chosen.
+var errBug = errors.New("scheduler error")
+
+// schedule runs a pod through one scheduling cycle and the binding
+// cycle's PreBind, as kube-scheduler does, and returns the node it is
+// bound to, or "" when no node fits, and how many nodes passed the
+// filters. An error wraps errBug; the pod is
+// then not placed, and nothing it reserved stays reserved.
+func (s *scheduler) schedule(ctx context.Context, pod *corev1.Pod) (node string, feasibleNodes int, err error) {
+	if err := s.cache.UpdateSnapshot(s.logger, s.snapshot); err != nil {
+		return "", 0, fmt.Errorf("%w: update snapshot: %w", errBug, err)
+	}
+	state := framework.NewCycleState()
+	feasible, err := s.filter(ctx, state, pod)
+	if err != nil || len(feasible) == 0 {
+		return "", 0, err
+	}
+	host := feasible[0].Node().Name
+	// With one feasible node kube-scheduler does not score.
+	if len(feasible) > 1 {
+		if host, err = s.score(ctx, state, pod, feasible); err != nil {
+			return "", len(feasible), err
+		}
+	}
+	return host, len(feasible), s.bind(ctx, state, pod, host)
+}
+
+// filter runs PreFilter, then Filter on every node in parallel, and
+// returns the feasible nodes in the snapshot's order.
+func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod) ([]fwk.NodeInfo, error) {
+	nodes, err := s.snapshot.NodeInfos().List()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errBug, err)
+	}
+	pre, st, _ := s.fw.RunPreFilterPlugins(ctx, state, pod)
+	if !st.IsSuccess() {
+		if st.IsRejected() {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%w: PreFilter: %w", errBug, st.AsError())
+	}
+	if !pre.AllNodes() {
+		var some []fwk.NodeInfo
+		for _, n := range nodes {
+			if pre.NodeNames.Has(n.Node().Name) {
+				some = append(some, n)
+			}
+		}
+		nodes = some
+	}
+	fits := make([]bool, len(nodes))
+	var firstErr atomic.Pointer[fwk.Status]
+	s.fw.Parallelizer().Until(ctx, len(nodes), func(i int) {
+		st := s.fw.RunFilterPlugins(ctx, state, pod, nodes[i])
+		switch {
+		case st.IsSuccess():
+			fits[i] = true
+		case !st.IsRejected():
+			firstErr.CompareAndSwap(nil, st)
+		}
+	}, "Filter")
+	if st := firstErr.Load(); st != nil {
+		return nil, fmt.Errorf("%w: Filter: %w", errBug, st.AsError())
+	}
+	var out []fwk.NodeInfo
+	for i, ok := range fits {
+		if ok {
+			out = append(out, nodes[i])
+		}
+	}
+	return out, nil
+}
+
+// score runs PreScore and Score and picks the node with the highest total
+// score, ties at random, as kube-scheduler's selectHost does (with the
+// seed's generator, so that a replay repeats).
+func (s *scheduler) score(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (string, error) {
+	if st := s.fw.RunPreScorePlugins(ctx, state, pod, nodes); !st.IsSuccess() {
+		return "", fmt.Errorf("%w: PreScore: %w", errBug, st.AsError())
+	}
+	scores, st := s.fw.RunScorePlugins(ctx, state, pod, nodes)
+	if !st.IsSuccess() {
+		return "", fmt.Errorf("%w: Score: %w", errBug, st.AsError())
+	}
+	best, ties := 0, 0
+	for i, sc := range scores {
+		switch {
+		case sc.TotalScore > scores[best].TotalScore:
+			best, ties = i, 1
+		case sc.TotalScore == scores[best].TotalScore:
+			ties++
+			if s.rng.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return scores[best].Name, nil
+}
+
+// bind assumes the pod on host and runs Reserve, Permit, PreBind (where
+// DynamicResources writes the claim's allocation through the clientset
+// and its assume cache) and PostBind; on failure it unreserves and
+// forgets the pod.
+func (s *scheduler) bind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, host string) error {
+	assumed := pod.DeepCopy()
+	assumed.Spec.NodeName = host
+	if err := s.cache.AssumePod(s.logger, assumed); err != nil {
+		return fmt.Errorf("%w: assume: %w", errBug, err)
+	}
+	fail := func(stage string, st *fwk.Status) error {
+		s.fw.RunReservePluginsUnreserve(ctx, state, assumed, host)
+		if err := s.cache.ForgetPod(s.logger, assumed); err != nil {
+			return fmt.Errorf("%w: %s on %s: %w; forget: %w", errBug, stage, host, st.AsError(), err)
+		}
+		return fmt.Errorf("%w: %s on %s: %w", errBug, stage, host, st.AsError())
+	}
+	if st := s.fw.RunReservePluginsReserve(ctx, state, assumed, host); !st.IsSuccess() {
+		return fail("Reserve", st)
+	}
+	// No profile here has a Permit plugin that waits; one that did would
+	// need a binding goroutine per pod.
+	if _, st := s.fw.RunPermitPlugins(ctx, state, assumed, host); !st.IsSuccess() {
+		return fail("Permit", st)
+	}
+	if st := s.fw.RunPreBindPlugins(ctx, state, assumed, host); !st.IsSuccess() {
+		return fail("PreBind", st)
+	}
+	// What the pod informer's event does once the pod is bound.
+	if err := s.cache.AddPod(s.logger, assumed); err != nil {
+		return fmt.Errorf("%w: add bound pod: %w", errBug, err)
+	}
+	s.fw.RunPostBindPlugins(ctx, state, assumed, host)
+	if len(pod.Spec.ResourceClaims) > 0 {
+		return s.keepInformerUp(ctx, *pod.Spec.ResourceClaims[0].ResourceClaimName)
+	}
+	return nil
+}
+
+// keepInformerUp waits, every informerLag claims written, until the
+// claim informer has seen the last write, so that the fake watch never
+// overflows.
+func (s *scheduler) keepInformerUp(ctx context.Context, claim string) error {
+	if s.sinceSync++; s.sinceSync < informerLag {
+		return nil
+	}
+	s.sinceSync = 0
+	written, err := s.dra.ResourceClaims().Get(replayNamespace, claim)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errBug, err)
+	}
+	key := replayNamespace + "/" + claim
+	return wait.PollUntilContextTimeout(ctx, 50*time.Microsecond, time.Minute, true, func(context.Context) (bool, error) {
+		obj, ok, err := s.claims.GetStore().GetByKey(key)
+		if err != nil || !ok {
+			return false, err
+		}
+		return obj.(*resourceapi.ResourceClaim).ResourceVersion == written.ResourceVersion, nil
+	})
+}
