@@ -38,6 +38,7 @@ package devicefit
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,12 +71,17 @@ type Plugin struct {
 	matches map[string]*sliceMatches
 }
 
+// maxCachedSelections bounds the selections cached per slice.
+const maxCachedSelections = 256
+
 // sliceMatches is one ResourceSlice version's selector results.
 type sliceMatches struct {
 	uid             types.UID
 	resourceVersion string
-	// byExpr holds, per expression, whether it selects each device.
+	// byExpr holds, per expression, whether it selects each device, and
+	// byKey whether all of an alternative's expressions do.
 	byExpr map[string][]bool
+	byKey  map[string][]bool
 	// ids are the devices' IDs.
 	ids []structured.DeviceID
 }
@@ -225,8 +231,9 @@ func readState(cs fwk.CycleState) (*state, error) {
 // alternative is one way to satisfy a request: the request itself, or one
 // of its firstAvailable subrequests.
 type alternative struct {
-	// exprs are the class's selectors, then the request's.
+	// exprs are the class's selectors, then the request's; key joins them.
 	exprs []string
+	key   string
 	count int64
 	// requests are the capacities the alternative asks for, in milli-units.
 	requests map[resourceapi.QualifiedName]int64
@@ -305,6 +312,7 @@ func (p *Plugin) requirement(claim string, r resourceapi.DeviceRequest) (require
 				alt.exprs = append(alt.exprs, s.CEL.Expression)
 			}
 		}
+		alt.key = strings.Join(alt.exprs, "\x00")
 		if sub.Capacity != nil && len(sub.Capacity.Requests) > 0 {
 			alt.requests = map[resourceapi.QualifiedName]int64{}
 			for n, q := range sub.Capacity.Requests {
@@ -367,10 +375,10 @@ func (p *Plugin) verdicts(ctx context.Context, reqs []requirement, nodes []fwk.N
 				continue
 			}
 			for j, alt := range r.alts {
-				sel := p.selection(ctx, m, slice, alt.exprs)
+				sel := p.selection(ctx, m, slice, alt)
 				for d := range slice.Spec.Devices {
 					dev := &slice.Spec.Devices[d]
-					if !sel(d) {
+					if !sel[d] {
 						continue
 					}
 					if !local {
@@ -437,7 +445,7 @@ func reason(r requirement, have int64) string {
 func (p *Plugin) sliceMatches(slice *resourceapi.ResourceSlice) *sliceMatches {
 	m := p.matches[slice.Name]
 	if m == nil || m.uid != slice.UID || m.resourceVersion != slice.ResourceVersion || slice.ResourceVersion == "" {
-		m = &sliceMatches{uid: slice.UID, resourceVersion: slice.ResourceVersion, byExpr: map[string][]bool{}}
+		m = &sliceMatches{uid: slice.UID, resourceVersion: slice.ResourceVersion, byExpr: map[string][]bool{}, byKey: map[string][]bool{}}
 		m.ids = make([]structured.DeviceID, len(slice.Spec.Devices))
 		for i := range slice.Spec.Devices {
 			m.ids[i] = structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, slice.Spec.Devices[i].Name)
@@ -447,13 +455,19 @@ func (p *Plugin) sliceMatches(slice *resourceapi.ResourceSlice) *sliceMatches {
 	return m
 }
 
-// selection tells whether all exprs select device d of the slice. A
-// selector that does not compile or fails on the device is taken to
-// select it: the allocator reports such errors, not this plugin. Callers
-// hold p.mu.
-func (p *Plugin) selection(ctx context.Context, m *sliceMatches, slice *resourceapi.ResourceSlice, exprs []string) func(d int) bool {
-	results := make([][]bool, len(exprs))
-	for k, e := range exprs {
+// selection tells, per device of the slice, whether all of the
+// alternative's expressions select it. A selector that does not compile
+// or fails on the device is taken to select it: the allocator reports
+// such errors, not this plugin. Callers hold p.mu.
+func (p *Plugin) selection(ctx context.Context, m *sliceMatches, slice *resourceapi.ResourceSlice, alt alternative) []bool {
+	if sel, ok := m.byKey[alt.key]; ok {
+		return sel
+	}
+	sel := make([]bool, len(slice.Spec.Devices))
+	for i := range sel {
+		sel[i] = true
+	}
+	for _, e := range alt.exprs {
 		res, ok := m.byExpr[e]
 		if !ok {
 			res = make([]bool, len(slice.Spec.Devices))
@@ -469,16 +483,16 @@ func (p *Plugin) selection(ctx context.Context, m *sliceMatches, slice *resource
 			}
 			m.byExpr[e] = res
 		}
-		results[k] = res
-	}
-	return func(d int) bool {
-		for _, res := range results {
-			if !res[d] {
-				return false
-			}
+		for i := range sel {
+			sel[i] = sel[i] && res[i]
 		}
-		return true
 	}
+	if len(m.byKey) >= maxCachedSelections {
+		// Claims with ever new selectors: start over rather than grow.
+		m.byKey, m.byExpr = map[string][]bool{}, map[string][]bool{}
+	}
+	m.byKey[alt.key] = sel
+	return sel
 }
 
 // free tells whether the device could take the alternative: it is not
