@@ -29,7 +29,8 @@ type Options struct {
 	Policies []string
 	Profiles []string
 	Seeds    []uint64
-	// OutDir, if set, receives curves.csv and results.csv.
+	// OutDir, if set, receives curves.csv, results.csv and a
+	// curve-<variant>.png per variant.
 	OutDir string
 	Out    io.Writer
 }
@@ -178,6 +179,8 @@ func formatAll(v []float64) string {
 	return out
 }
 
+// writeResults writes results.csv, curves.csv and a curve-<variant>.png per
+// variant into dir.
 func writeResults(dir string, rs []Result) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -209,5 +212,19 @@ func writeResults(dir string, rs []Result) error {
 		}
 	}
 	w.Flush()
-	return cmp.Or(w.Error(), f.Close())
+	if err := cmp.Or(w.Error(), f.Close()); err != nil {
+		return err
+	}
+	var variants []string
+	for _, r := range rs {
+		if !slices.Contains(variants, r.Variant) {
+			variants = append(variants, r.Variant)
+		}
+	}
+	for _, v := range variants {
+		if err := writePlot(filepath.Join(dir, "curve-"+v+".png"), v, rs); err != nil {
+			return err
+		}
+	}
+	return nil
 }
