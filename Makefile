@@ -25,7 +25,7 @@ HEAVY_PKGS = $(shell $(GO) list -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}'
 RACE_HEAVY = github.com/strata-sh/strata/scheduler-plugins/gang
 RACE_PKGS = $(filter-out $(HEAVY_PKGS),$(ALL_PKGS)) $(RACE_HEAVY)
 
-.PHONY: all build demo test unit e2e generate verify bench-sim replay images clean
+.PHONY: all build demo test unit e2e generate verify bench-sim replay replay-framework images clean
 
 all: build
 
@@ -65,6 +65,17 @@ REPLAY_OUT ?= out/replay
 
 replay:
 	$(GO) run ./cmd/strata-sim replay --trace-dir $(TRACE_DIR) --variant all --out $(REPLAY_OUT)
+
+## replay-framework: the same protocol through kube-scheduler's framework
+## and the DRA allocator, with kube-scheduler's default scoring,
+## MostAllocated and Strata's profile (docs/scoring.md); one variant at a
+## time (REPLAY_VARIANT), as each profile takes about an hour here.
+REPLAY_VARIANT ?= default
+REPLAY_PROFILES ?= strata,default,mostallocated
+REPLAY_SEEDS ?= 42-51
+
+replay-framework:
+	$(GO) run ./cmd/strata-sim replay --engine framework --trace-dir $(TRACE_DIR) --variant $(REPLAY_VARIANT) --profile $(REPLAY_PROFILES) --seeds $(REPLAY_SEEDS) --out $(REPLAY_OUT)-framework-$(REPLAY_VARIANT)
 
 ## images: one container image per component (Dockerfile targets).
 CONTAINER_TOOL ?= docker

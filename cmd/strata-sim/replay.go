@@ -19,6 +19,7 @@ import (
 
 const replayUsage = `Usage: strata-sim replay --trace-dir DIR [--variant NAME ...] [--engine model|framework]
        [--policy NAME,... | --profile NAME ...] [--seeds 42-51] [--out DIR]
+       strata-sim replay --merge DIR,DIR... --out DIR
 
 Replays Alibaba's openb GPU-sharing traces in their authors' protocol
 (pods drawn with replacement to 130 % of the cluster's GPUs, seeded order,
@@ -35,6 +36,9 @@ mostallocated, strata), the real DRA allocator and the ResourceSlices
 Strata's NVIDIA plugin publishes, without an API server; GPUs are
 ResourceClaims (whole GPUs, or shares of a GPU's cores and memory).
 
+--merge gathers the --out folders of several replays into one, with
+every policy and profile of a variant on one plot.
+
 Flags:
 `
 
@@ -49,11 +53,22 @@ func runReplay(args []string) error {
 	seeds := fs.String("seeds", "42-51", "seeds, a range A-B or a list")
 	fs.StringVar(&o.OutDir, "out", "", "folder for results.csv and curves.csv")
 	fs.StringVar(&o.Engine, "engine", replay.EngineModel, "engine: model or framework")
+	merge := fs.StringSlice("merge", nil, "--out folders of earlier replays to gather into --out, replaying nothing")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	if len(*merge) > 0 {
+		if o.OutDir == "" {
+			return fmt.Errorf("--merge needs --out")
+		}
+		rs, err := replay.Merge(*merge, o.OutDir)
+		for _, r := range rs {
+			fmt.Printf("%-12s %-24s median %5.2f %% unallocated at 100 %% arrived (%d seeds)\n", r.Variant, r.Policy, r.Median(), len(r.At100))
+		}
+		return err
 	}
 	if o.TraceDir == "" {
 		return fmt.Errorf("--trace-dir is required")

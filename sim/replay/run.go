@@ -79,6 +79,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		return nil, fmt.Errorf("engine %q is not %s or %s", o.Engine, EngineModel, EngineFramework)
 	}
 	var out []Result
+	var outMu sync.Mutex // the framework engine reports each seed
 	for _, v := range o.Variants {
 		pods, err := ReadPods(filepath.Join(o.TraceDir, "openb_pod_list_"+v+".csv"))
 		if err != nil {
@@ -93,8 +94,13 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 					if err != nil {
 						return nil, err
 					}
-					if r.Errors > 0 && o.Out != nil {
-						fmt.Fprintf(o.Out, "%s %s seed %d: %d pods failed on scheduler errors, first: %v\n", v, label, seed, r.Errors, r.FirstErrors[0])
+					if o.Out != nil {
+						outMu.Lock()
+						fmt.Fprintf(o.Out, "%-12s %s seed %d: %.2f %% unallocated at 100 %% arrived, %d pods unplaced\n", v, label, seed, r.Curve.At100, r.Failed)
+						if r.Errors > 0 {
+							fmt.Fprintf(o.Out, "%s %s seed %d: %d pods failed on scheduler errors, first: %v\n", v, label, seed, r.Errors, r.FirstErrors[0])
+						}
+						outMu.Unlock()
 					}
 					return &r.ModelResult, nil
 				}
