@@ -3,7 +3,6 @@ package replay
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -102,17 +101,7 @@ func TestFrameworkPlacesClaimsOnTheirNodes(t *testing.T) {
 // The framework engine on a slice of the real trace: what the curve
 // counts is what the claims hold, and no GPU is over-committed.
 func TestFrameworkOnTheTrace(t *testing.T) {
-	if _, err := os.Stat(traceDir); err != nil {
-		t.Skip("no openb trace beside the repository")
-	}
-	nodes, err := ReadNodes(filepath.Join(traceDir, "openb_node_list_gpu_node.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pods, err := ReadPods(filepath.Join(traceDir, "openb_pod_list_gpuspec20.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	nodes, pods := readTrace(t, "gpuspec20")
 	// Every 30th node: all models, 41 nodes.
 	var some []TraceNode
 	for i := 0; i < len(nodes); i += 30 {
@@ -448,14 +437,7 @@ func TestFrameworkFullSeed(t *testing.T) {
 	if os.Getenv("STRATA_REPLAY_FULL") == "" {
 		t.Skip("set STRATA_REPLAY_FULL=1 to replay a whole seed")
 	}
-	nodes, err := ReadNodes(filepath.Join(traceDir, "openb_node_list_gpu_node.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pods, err := ReadPods(filepath.Join(traceDir, "openb_pod_list_default.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	nodes, pods := readTrace(t, "default")
 	// STRATA_REPLAY_EVERY=k keeps every k-th node: the same dynamics on a
 	// k times smaller cluster, k² times faster.
 	if k, err := strconv.Atoi(os.Getenv("STRATA_REPLAY_EVERY")); err == nil && k > 1 {

@@ -76,17 +76,7 @@ func TestCurveAt100(t *testing.T) {
 // The model engine on a slice of the real trace: every policy places
 // pods, and Strata's leaves no more unallocated than random placement.
 func TestModelOnTheTrace(t *testing.T) {
-	if _, err := os.Stat(traceDir); err != nil {
-		t.Skip("no openb trace beside the repository")
-	}
-	nodes, err := ReadNodes(filepath.Join(traceDir, "openb_node_list_gpu_node.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pods, err := ReadPods(filepath.Join(traceDir, "openb_pod_list_default.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	nodes, pods := readTrace(t, "default")
 	nodes = nodes[:120]
 	got := map[string]float64{}
 	for _, pol := range ModelPolicies {
@@ -100,4 +90,22 @@ func TestModelOnTheTrace(t *testing.T) {
 		t.Errorf("unallocated at 100 %%: %v; Strata's is above random's", got)
 	}
 	t.Logf("unallocated at 100 %% on 120 nodes: %v", got)
+}
+
+// readTrace reads the openb node list and a variant's pods, or skips the
+// test when the trace is not beside the repository.
+func readTrace(t *testing.T, variant string) ([]TraceNode, []TracePod) {
+	t.Helper()
+	if _, err := os.Stat(traceDir); err != nil {
+		t.Skip("no openb trace beside the repository")
+	}
+	nodes, err := ReadNodes(filepath.Join(traceDir, "openb_node_list_gpu_node.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := ReadPods(filepath.Join(traceDir, "openb_pod_list_"+variant+".csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nodes, pods
 }

@@ -201,9 +201,11 @@ func TestUnsatisfiableSelectorStaysPending(t *testing.T) {
 		Request("gpu", gpuClass, 1, `device.capacity["nvidia.strata.sh"].memory.compareTo(quantity("1Ti")) >= 0`).
 		Template("default", "huge-gpu"))
 	e.createPod(testutil.MakePod("too-big").Scheduler(config.ProfileName).ClaimTemplate("gpu", "huge-gpu").Obj())
+	// StrataDeviceFit answers before the allocator: no device matches.
+	const reason = "request gpu: 0 free matching devices on the node, needs 1"
 	cond := e.waitUnschedulable("default", "too-big")
-	if !strings.Contains(cond.Message, "cannot allocate all claims") {
-		t.Errorf("unschedulable message %q does not say the claim cannot be allocated", cond.Message)
+	if !strings.Contains(cond.Message, reason) {
+		t.Errorf("unschedulable message %q does not say no device matches the claim", cond.Message)
 	}
 
 	e.createTemplate(testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Template("default", "any-gpu"))
@@ -218,7 +220,7 @@ func TestUnsatisfiableSelectorStaysPending(t *testing.T) {
 	for _, p := range r.Pods {
 		byName[p.Name] = p
 	}
-	if p := byName["too-big"]; p.Phase != "Pending" || p.Reason != "Unschedulable" || !strings.Contains(p.Message, "cannot allocate all claims") {
+	if p := byName["too-big"]; p.Phase != "Pending" || p.Reason != "Unschedulable" || !strings.Contains(p.Message, reason) {
 		t.Errorf("report for too-big = %+v, want Pending/Unschedulable with the scheduler's message", p)
 	}
 	if p := byName["fits"]; p.Phase != "Running" || len(p.Claims) != 1 || len(p.Claims[0].Devices) != 1 {
