@@ -460,6 +460,14 @@ func memberNeeds(requests corev1.ResourceList, claims []*resourceapi.ResourceCla
 	return strings.Join(parts, ", ")
 }
 
+// claimPendingError: a member's ResourceClaim, generated from a template,
+// is not created yet.
+type claimPendingError struct{ claim string }
+
+func (e *claimPendingError) Error() string {
+	return fmt.Sprintf("waiting for the ResourceClaim of %q to be created", e.claim)
+}
+
 // memberClaims returns the pod's claims that still need an allocation.
 // A claim not created yet is an error: the pod is retried when it is.
 func (e *capacityEstimator) memberClaims(pod *corev1.Pod) ([]*resourceapi.ResourceClaim, error) {
@@ -475,7 +483,7 @@ func (e *capacityEstimator) memberClaims(pod *corev1.Pod) ([]*resourceapi.Resour
 				}
 			}
 			if name == "" {
-				return nil, fmt.Errorf("waiting for the ResourceClaim of %q to be created", pc.Name)
+				return nil, &claimPendingError{claim: pc.Name}
 			}
 		}
 		c, err := e.dra.ResourceClaims().Get(pod.Namespace, name)

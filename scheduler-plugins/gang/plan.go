@@ -245,9 +245,16 @@ func (p *Plugin) probesFor(ctx context.Context, shapes []*shape) map[string]*fil
 func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, nodes []fwk.NodeInfo) (*plan, *fwk.Status) {
 	logger := klog.FromContext(ctx)
 	gen := p.snapshotGeneration(nodes)
-	fail := func(msg string, final bool) (*plan, *fwk.Status) {
+	fail := func(msg string, final bool, cause error) (*plan, *fwk.Status) {
+		f := failure{msg: msg, final: final, gen: gen, at: time.Now()}
+		if pending := (*claimPendingError)(nil); errors.As(cause, &pending) {
+			// What ends this wait is a member's status naming its claim,
+			// which moves no generation of the snapshot: the next member
+			// must look again, not be answered from this failure.
+			f.at = time.Time{}
+		}
 		p.mu.Lock()
-		p.failures[g.key] = failure{msg: msg, final: final, gen: gen, at: time.Now()}
+		p.failures[g.key] = f
 		p.mu.Unlock()
 		if final {
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
@@ -257,7 +264,7 @@ func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, 
 	shapes, placed := p.gangShapes(g, pod)
 	tree, err := p.tree(nodes)
 	if err != nil {
-		return fail(err.Error(), true)
+		return fail(err.Error(), true, err)
 	}
 	prio := corev1helpers.PodPriority(pod)
 	blocked := p.reservedNodes(prio, g.key).Union(p.plannedNodes(prio, g.key))
@@ -268,7 +275,7 @@ func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, 
 		var pf *placeFailure
 		// A rule naming a missing layer: no retry, and no eviction, helps
 		// until the PodGroup or the topology changes.
-		return fail(msg, errors.As(err, &pf) && !errors.As(err, &tf))
+		return fail(msg, errors.As(err, &pf) && !errors.As(err, &tf), err)
 	}
 	where := "the cluster"
 	if res.domain != "" {
