@@ -17,8 +17,12 @@ import (
 // cluster (a status change of any running pod) would retry every waiting
 // gang, and a gang that cannot fit would spin through the scheduler,
 // each attempt costing a plan over every node.
+//
+// Every event that queues a member also moves the generation the gang's
+// fail-fast answer is keyed by (snapshotGeneration): hints run before the
+// member is moved, so its next PreFilter looks again.
 func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
-	return []fwk.ClusterEventWithHint{
+	events := []fwk.ClusterEventWithHint{
 		// A new member can complete a gang; a pod of another gang or a
 		// lone pod takes room, it does not free any.
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Add}, QueueingHintFn: p.hintMemberAdded},
@@ -43,7 +47,26 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 		{Event: fwk.ClusterEvent{Resource: fwk.PodGroup, ActionType: fwk.Add | fwk.Update}},
 		// A new network topology changes every domain.
 		{Event: fwk.ClusterEvent{Resource: topologyEvents, ActionType: fwk.Add | fwk.Update}},
-	}, nil
+	}
+	for i := range events {
+		events[i].QueueingHintFn = p.counted(events[i].QueueingHintFn)
+	}
+	return events, nil
+}
+
+// counted wraps a hint (nil: always queue) so that a member queued again
+// moves p.requeued.
+func (p *Plugin) counted(hint fwk.QueueingHintFn) fwk.QueueingHintFn {
+	return func(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+		h, err := fwk.Queue, error(nil)
+		if hint != nil {
+			h, err = hint(logger, pod, oldObj, newObj)
+		}
+		if h == fwk.Queue || err != nil { // an error queues the pod too
+			p.requeued.Add(1)
+		}
+		return h, err
+	}
 }
 
 // inGroup reports whether other belongs to the gang group of pod.

@@ -311,12 +311,18 @@ func (p *Plugin) plannedNodes(prio int32, gang string) sets.Set[string] {
 // change to a node's pods or resources raises its generation past every
 // other, and claims and slices (which do not touch nodes: a claim
 // deallocated after its pod went) are counted apart.
-func (p *Plugin) snapshotGeneration(nodes []fwk.NodeInfo) [2]int64 {
+//
+// Events that change a gang's answer without touching the snapshot (a
+// member's status naming its claims, its PodGroup or the topology edited)
+// count too: a member queued again by one of them computes the plan
+// again, where an answer from the last failure would send it back to
+// wait for the queue's periodic flush.
+func (p *Plugin) snapshotGeneration(nodes []fwk.NodeInfo) [3]int64 {
 	var g int64
 	for _, ni := range nodes {
 		g = max(g, ni.GetGeneration())
 	}
-	return [2]int64{g, p.draGen.Load()}
+	return [3]int64{g, p.draGen.Load(), p.requeued.Load()}
 }
 
 // failFastWindow is how long a gang's failed plan answers its other

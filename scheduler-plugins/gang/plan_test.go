@@ -4,11 +4,14 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -49,5 +52,50 @@ func TestClaimPendingIsNotAnsweredFromTheLastFailure(t *testing.T) {
 	}
 	if why := p.lastFailure("default/job").msg; !strings.Contains(why, "waiting for the ResourceClaim") {
 		t.Errorf("the failure PostFilter reports is %q, want the claim wait", why)
+	}
+}
+
+// TestRequeueEventEndsFailFast: while nothing changed, the members after
+// the first are answered from the gang's failure; an event that queues a
+// member again (its PodGroup edited, here) makes the next one look again.
+func TestRequeueEventEndsFailFast(t *testing.T) {
+	pods := annotatedGang("job", 2, "30s")
+	p, _ := newTestPlugin(t, pods)
+	ni := framework.NewNodeInfo()
+	ni.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}})
+	nodes := []fwk.NodeInfo{ni}
+	p.failures["default/job"] = failure{msg: "no room", gen: p.snapshotGeneration(nodes), at: time.Now()}
+	if _, ok := p.recentFailure("default/job", nodes); !ok {
+		t.Fatal("a failure on the same snapshot moments ago is not reused")
+	}
+	events, err := p.EventsToRegister(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hint fwk.QueueingHintFn
+	for _, e := range events {
+		if e.Event.Resource == podGroupEvents {
+			hint = e.QueueingHintFn
+		}
+	}
+	logger, _ := ktesting.NewTestContext(t)
+	pg := func(gen int64) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetNamespace("default")
+		u.SetName("job")
+		u.SetGeneration(gen)
+		return u
+	}
+	if h, _ := hint(logger, pods[0], pg(1), pg(1)); h != fwk.QueueSkip {
+		t.Fatalf("a PodGroup status write queued the member (%v)", h)
+	}
+	if _, ok := p.recentFailure("default/job", nodes); !ok {
+		t.Error("an event that queued nobody ended the fail-fast answer")
+	}
+	if h, _ := hint(logger, pods[0], pg(1), pg(2)); h != fwk.Queue {
+		t.Fatalf("an edited PodGroup did not queue the member (%v)", h)
+	}
+	if _, ok := p.recentFailure("default/job", nodes); ok {
+		t.Error("the member queued by the PodGroup edit is answered from the failure before it")
 	}
 }

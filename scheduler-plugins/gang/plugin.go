@@ -78,8 +78,11 @@ type Plugin struct {
 	sortMu    sync.Mutex
 	sortCache map[string]sortEntry
 	// draGen counts changes to claims and slices, which node generations
-	// do not show: a failed plan is reused only while neither moved.
-	draGen atomic.Int64
+	// do not show; requeued counts the events that queued a member again
+	// (see EventsToRegister). A failed plan is reused only while none of
+	// them moved.
+	draGen   atomic.Int64
+	requeued atomic.Int64
 }
 
 var (

@@ -615,7 +615,7 @@ type failure struct {
 	final bool
 	// gen and at are the snapshot and time of the failed plan; outcome is
 	// what PostFilter answered for it, reused by members that fail fast.
-	gen     [2]int64
+	gen     [3]int64
 	at      time.Time
 	outcome *fwk.Status
 }
