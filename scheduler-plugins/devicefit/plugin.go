@@ -53,6 +53,8 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/utils/ptr"
+
+	"github.com/strata-sh/strata/scheduler-plugins/internal/devicecount"
 )
 
 // Name of the plugin in the scheduler configuration.
@@ -332,17 +334,11 @@ func (p *Plugin) verdicts(ctx context.Context, reqs []requirement, nodes []fwk.N
 	if err != nil {
 		return nil, fmt.Errorf("list ResourceSlices: %w", err)
 	}
-	allocated, err := p.allocatedState()
+	allocated, err := devicecount.GatherAllocated(p.dra)
 	if err != nil {
 		return nil, err
 	}
-	newest := map[[2]string]int64{}
-	for _, s := range list {
-		k := [2]string{s.Spec.Driver, s.Spec.Pool.Name}
-		if g, ok := newest[k]; !ok || s.Spec.Pool.Generation > g {
-			newest[k] = s.Spec.Pool.Generation
-		}
-	}
+	newest := devicecount.NewestGenerations(list)
 	// offset[i] is where requirement i's alternatives start in a node's
 	// counts.
 	offset := make([]int, len(reqs)+1)
@@ -356,7 +352,7 @@ func (p *Plugin) verdicts(ctx context.Context, reqs []requirement, nodes []fwk.N
 	defer p.mu.Unlock()
 	seen := make(map[string]bool, len(list))
 	for _, slice := range list {
-		if slice.Spec.Pool.Generation < newest[[2]string{slice.Spec.Driver, slice.Spec.Pool.Name}] {
+		if newest.Stale(slice) {
 			continue
 		}
 		seen[slice.Name] = true
@@ -538,18 +534,4 @@ func (p *Plugin) free(allocated *structured.AllocatedState, id structured.Device
 		}
 	}
 	return true
-}
-
-// allocatedState reads the devices allocated to any claim, in-flight
-// allocations included. The tracker answers with an error when claims
-// change while it gathers them; that is retried a few times.
-func (p *Plugin) allocatedState() (*structured.AllocatedState, error) {
-	var err error
-	for range 5 {
-		var s *structured.AllocatedState
-		if s, err = p.dra.ResourceClaims().GatherAllocatedState(); err == nil && s != nil {
-			return s, nil
-		}
-	}
-	return nil, fmt.Errorf("gather allocated devices: %w", err)
 }

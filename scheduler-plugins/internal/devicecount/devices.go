@@ -34,13 +34,13 @@ func (c *Counter) Devices(ctx context.Context, classes Classes, name corev1.Reso
 	if err != nil {
 		return nil, fmt.Errorf("list ResourceSlices: %w", err)
 	}
-	newest := newestGenerations(list)
+	newest := NewestGenerations(list)
 	key := classes.key(name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, slice := range list {
 		node := ptr.Deref(slice.Spec.NodeName, "")
-		if !want[node] || slice.Spec.Pool.Generation < newest[poolOf(slice)] {
+		if !want[node] || newest.Stale(slice) {
 			continue
 		}
 		sel := c.selection(ctx, slice, name, classes[name], key)
@@ -52,17 +52,10 @@ func (c *Counter) Devices(ctx context.Context, classes Classes, name corev1.Reso
 }
 
 // AllocatedState returns the devices allocated to any claim and what
-// shared devices' claims consume, retried as allocated() is.
+// shared devices' claims consume (see GatherAllocated).
 func (c *Counter) AllocatedState() (*structured.AllocatedState, error) {
 	if c.dra == nil {
 		return &structured.AllocatedState{}, nil
 	}
-	var err error
-	for range 5 {
-		var state *structured.AllocatedState
-		if state, err = c.dra.ResourceClaims().GatherAllocatedState(); err == nil {
-			return state, nil
-		}
-	}
-	return nil, fmt.Errorf("gather allocated devices: %w", err)
+	return GatherAllocated(c.dra)
 }

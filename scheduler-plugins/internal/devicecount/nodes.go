@@ -2,6 +2,7 @@ package devicecount
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,7 +75,7 @@ func (c *Counter) Nodes(ctx context.Context, classes Classes, nodes []fwk.NodeIn
 	for i, name := range names {
 		keys[i] = classes.key(name)
 	}
-	newest := newestGenerations(list)
+	newest := NewestGenerations(list)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -82,7 +83,7 @@ func (c *Counter) Nodes(ctx context.Context, classes Classes, nodes []fwk.NodeIn
 		c.selected = map[selectionKey]selection{} // slices came and went
 	}
 	for _, slice := range list {
-		if slice.Spec.Pool.Generation < newest[poolOf(slice)] {
+		if newest.Stale(slice) {
 			continue // an older generation that is being replaced
 		}
 		if name := ptr.Deref(slice.Spec.NodeName, ""); name != "" {
@@ -192,30 +193,39 @@ func (c *Counter) matches(ctx context.Context, class *resourceapi.DeviceClass, d
 }
 
 // allocated returns the devices allocated to any claim, wholly or as a
-// share. The tracker answers with an error when claims change while it
-// gathers them; that is retried a few times.
+// share.
 func (c *Counter) allocated() (sets.Set[structured.DeviceID], error) {
-	var err error
+	state, err := GatherAllocated(c.dra)
+	if err != nil {
+		return nil, err
+	}
+	ids := state.AllocatedDevices
+	if len(state.AllocatedSharedDeviceIDs) > 0 || len(state.AggregatedCapacity) > 0 {
+		ids = ids.Clone() // not ours to change
+		for shared := range state.AllocatedSharedDeviceIDs {
+			ids.Insert(shared.GetDeviceID())
+		}
+		for id := range state.AggregatedCapacity {
+			ids.Insert(id)
+		}
+	}
+	return ids, nil
+}
+
+// GatherAllocated reads the devices allocated to any claim, in-flight
+// allocations included, and what shared devices' claims consume. The
+// tracker answers with an error when claims change while it gathers
+// them; that is retried a few times.
+func GatherAllocated(dra fwk.SharedDRAManager) (*structured.AllocatedState, error) {
+	err := errors.New("no state")
 	for range 5 {
-		var state *structured.AllocatedState
-		state, err = c.dra.ResourceClaims().GatherAllocatedState()
-		if err != nil {
-			continue
+		state, gerr := dra.ResourceClaims().GatherAllocatedState()
+		if gerr == nil && state != nil {
+			return state, nil
 		}
-		if state == nil {
-			return nil, fmt.Errorf("gather allocated devices: no state")
+		if gerr != nil {
+			err = gerr
 		}
-		ids := state.AllocatedDevices
-		if len(state.AllocatedSharedDeviceIDs) > 0 || len(state.AggregatedCapacity) > 0 {
-			ids = ids.Clone() // not ours to change
-			for shared := range state.AllocatedSharedDeviceIDs {
-				ids.Insert(shared.GetDeviceID())
-			}
-			for id := range state.AggregatedCapacity {
-				ids.Insert(id)
-			}
-		}
-		return ids, nil
 	}
 	return nil, fmt.Errorf("gather allocated devices: %w", err)
 }
@@ -224,14 +234,22 @@ type pool struct{ driver, name string }
 
 func poolOf(s *resourceapi.ResourceSlice) pool { return pool{s.Spec.Driver, s.Spec.Pool.Name} }
 
-// newestGenerations returns each pool's newest generation: while a driver
+// Generations holds each pool's newest generation: while a driver
 // replaces a pool's slices, the old ones are stale.
-func newestGenerations(list []*resourceapi.ResourceSlice) map[pool]int64 {
-	out := make(map[pool]int64, len(list))
+type Generations map[pool]int64
+
+// NewestGenerations reads the newest generation of every pool in list.
+func NewestGenerations(list []*resourceapi.ResourceSlice) Generations {
+	out := make(Generations, len(list))
 	for _, s := range list {
 		if p := poolOf(s); s.Spec.Pool.Generation > out[p] {
 			out[p] = s.Spec.Pool.Generation
 		}
 	}
 	return out
+}
+
+// Stale reports whether a newer generation of the slice's pool exists.
+func (g Generations) Stale(s *resourceapi.ResourceSlice) bool {
+	return s.Spec.Pool.Generation < g[poolOf(s)]
 }
