@@ -25,7 +25,7 @@ HEAVY_PKGS = $(shell $(GO) list -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}'
 RACE_HEAVY = github.com/strata-sh/strata/scheduler-plugins/gang
 RACE_PKGS = $(filter-out $(HEAVY_PKGS),$(ALL_PKGS)) $(RACE_HEAVY)
 
-.PHONY: all build demo test unit e2e generate verify bench-sim replay replay-framework images clean
+.PHONY: all build demo test unit e2e generate verify bench bench-full bench-sim replay replay-framework images clean
 
 all: build
 
@@ -56,6 +56,33 @@ bench-sim:
 	cd tests/e2e && for n in $(SIM_BENCH_NODES); do \
 		STRATA_BENCH_NODES=$$n ../../bin/e2e.test -test.run XXX -test.bench BenchmarkSimScale -test.benchtime 1x -test.timeout 60m || exit 1; \
 	done
+
+## bench: upstream Kubernetes' scheduler benchmarks (scheduler_perf,
+## v1.37.2, its workload files unchanged in tests/perf/testdata/upstream)
+## and Strata's own, each test case with the plain kube-scheduler profile
+## and with Strata's shipped one in the same invocation, PERF_COUNT runs
+## each; prints the table of docs/benchmarks.md. PERF_WORKLOADS picks the
+## workloads (a regular expression on <test case>/<workload>); bench-full
+## runs every workload labelled performance of every suite (hours). The harness starts etcd from PATH: bin/etcd, the
+## version Kubernetes 1.37.2 pins, is built first.
+PERF_SUITES ?= upstream/dra,upstream/podgroup,upstream/workload_preemption
+PERF_WORKLOADS ?= SchedulingWithResourceClaimTemplate/2000pods_200nodes|(Partitionable|ConsumableCapacity)/empty_100nodes|ExtendedResource/Explicit_25classes_2000pods_200nodes|(GangScheduling|TopologyAwareScheduling)/100Nodes_10Gangs|GangPreemption(Basic|PodGroups)/100Nodes_1PreemptorGang_.*
+PERF_COUNT ?= 5
+PERF_OUT ?= out/perf
+PERF_LABELS ?=
+
+bench:
+	$(GO) build -tags perf -o bin/etcd ./tests/perf/etcd
+	$(GO) test -c -tags perf -o bin/perf.test ./tests/perf
+	rm -rf $(PERF_OUT) && mkdir -p $(PERF_OUT)
+	cd tests/perf && PATH=$(CURDIR)/bin:$$PATH ../../bin/perf.test -test.run '^$$' -test.bench BenchmarkPerfScheduling \
+		-test.benchtime 1x -test.count $(PERF_COUNT) -test.timeout 0 -perf-scheduling-label-filter='$(PERF_LABELS)' \
+		-data-items-dir $(abspath $(PERF_OUT)) -strata-suites $(PERF_SUITES) -strata-workloads '$(PERF_WORKLOADS)' > $(abspath $(PERF_OUT))/bench.log 2>&1 \
+		|| { grep -E -- '--- FAIL|FAIL|Error running' $(abspath $(PERF_OUT))/bench.log | head -20; exit 1; }
+	$(GO) run ./tests/perf/perftable $(PERF_OUT) | tee $(PERF_OUT)/table.txt
+
+bench-full:
+	$(MAKE) bench PERF_WORKLOADS=.* PERF_LABELS=performance PERF_OUT=out/perf-full
 
 ## replay: Alibaba's openb GPU-sharing traces in their authors' protocol,
 ## every variant, seeds 42-51 (docs/scoring.md). TRACE_DIR holds the

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Two runs of one workload, plain and Strata, as the harness writes them:
+// the table pairs them by workload, takes the median and names the ratio.
+func TestTablePairsProfilesByWorkload(t *testing.T) {
+	dir := t.TempDir()
+	item := func(profile string, throughput, attempt, plugin float64) []dataItem {
+		name := "BenchmarkPerfScheduling/upstream_dra/SchedulingWithResourceClaimTemplate_" + profile + "/2000pods_200nodes"
+		out := []dataItem{
+			{Data: map[string]float64{"Average": throughput, "Perc50": throughput, "Perc90": throughput, "Perc99": throughput}, Unit: "pods/s",
+				Labels: map[string]string{"Metric": "SchedulingThroughput", "Name": name}},
+			{Data: map[string]float64{"Perc50": attempt, "Perc99": 2 * attempt}, Unit: "ms",
+				Labels: map[string]string{"Metric": "scheduler_scheduling_attempt_duration_seconds", "Name": name, "result": "scheduled"}},
+		}
+		if plugin > 0 {
+			out = append(out, dataItem{Data: map[string]float64{"Average": plugin}, Unit: "ms",
+				Labels: map[string]string{"Metric": "scheduler_plugin_execution_duration_seconds", "Name": name, "plugin": "StrataDeviceFit", "extension_point": "PreFilter"}})
+		}
+		return out
+	}
+	runs := [][]dataItem{
+		append(item("plain", 40, 10, 0), item("strata", 38, 11, 0.2)...),
+		append(item("plain", 44, 10, 0), item("strata", 42, 11, 0.4)...),
+		append(item("plain", 36, 10, 0), item("strata", 40, 11, 0.3)...),
+	}
+	for i, r := range runs {
+		raw, err := json.Marshal(map[string]any{"dataItems": r, "version": "v1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "run"+string(rune('a'+i))+".json"), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	write(&out, r)
+	lines := strings.Split(out.String(), "\n")
+	var row string
+	for _, l := range lines {
+		if strings.Contains(l, "SchedulingWithResourceClaimTemplate/2000pods_200nodes") && strings.Contains(l, "pods") {
+			row = l
+			break
+		}
+	}
+	for _, want := range []string{" 3 ", "40.0 ±10%", "40.0 ±5%", "1.00", "10.0/20.0", "11.0/22.0"} {
+		if !strings.Contains(row, want) {
+			t.Errorf("row %q lacks %q\n%s", row, want, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), "StrataDeviceFit PreFilter") || !strings.Contains(out.String(), "0.3000") {
+		t.Errorf("per-plugin table lacks StrataDeviceFit's median PreFilter time:\n%s", out.String())
+	}
+}
