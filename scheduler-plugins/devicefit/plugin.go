@@ -38,6 +38,7 @@ package devicefit
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 
@@ -84,6 +85,9 @@ type sliceMatches struct {
 	// byKey whether all of an alternative's expressions do.
 	byExpr map[string][]bool
 	byKey  map[string][]bool
+	// idle holds, per capacity request (alternative.capKey), whether each
+	// device could take it if nothing held it.
+	idle map[string][]bool
 	// ids are the devices' IDs.
 	ids []structured.DeviceID
 }
@@ -237,8 +241,10 @@ type alternative struct {
 	exprs []string
 	key   string
 	count int64
-	// requests are the capacities the alternative asks for, in milli-units.
+	// requests are the capacities the alternative asks for, in
+	// milli-units; capKey names them.
 	requests map[resourceapi.QualifiedName]int64
+	capKey   string
 }
 
 // requirement is one request of an unallocated claim: some alternative
@@ -317,9 +323,13 @@ func (p *Plugin) requirement(claim string, r resourceapi.DeviceRequest) (require
 		alt.key = strings.Join(alt.exprs, "\x00")
 		if sub.Capacity != nil && len(sub.Capacity.Requests) > 0 {
 			alt.requests = map[resourceapi.QualifiedName]int64{}
+			var parts []string
 			for n, q := range sub.Capacity.Requests {
 				alt.requests[n] = q.MilliValue()
+				parts = append(parts, fmt.Sprintf("%s=%d", n, alt.requests[n]))
 			}
+			sort.Strings(parts)
+			alt.capKey = strings.Join(parts, ",")
 		}
 		req.alts = append(req.alts, alt)
 	}
@@ -372,8 +382,8 @@ func (p *Plugin) verdicts(ctx context.Context, reqs []requirement, nodes []fwk.N
 			}
 			for j, alt := range r.alts {
 				sel := p.selection(ctx, m, slice, alt)
+				idle := p.idleFits(m, slice, alt)
 				for d := range slice.Spec.Devices {
-					dev := &slice.Spec.Devices[d]
 					if !sel[d] {
 						continue
 					}
@@ -382,7 +392,10 @@ func (p *Plugin) verdicts(ctx context.Context, reqs []requirement, nodes []fwk.N
 						unchecked[i] = true
 						break
 					}
-					if p.free(allocated, m.ids[d], dev, alt) {
+					dev := &slice.Spec.Devices[d]
+					shared := p.consumable && ptr.Deref(dev.AllowMultipleAllocations, false)
+					if shared && p.free(allocated, m.ids[d], dev, alt) ||
+						!shared && idle[d] && !allocated.AllocatedDevices.Has(m.ids[d]) {
 						c[offset[i]+j]++
 					}
 				}
@@ -441,7 +454,7 @@ func reason(r requirement, have int64) string {
 func (p *Plugin) sliceMatches(slice *resourceapi.ResourceSlice) *sliceMatches {
 	m := p.matches[slice.Name]
 	if m == nil || m.uid != slice.UID || m.resourceVersion != slice.ResourceVersion || slice.ResourceVersion == "" {
-		m = &sliceMatches{uid: slice.UID, resourceVersion: slice.ResourceVersion, byExpr: map[string][]bool{}, byKey: map[string][]bool{}}
+		m = &sliceMatches{uid: slice.UID, resourceVersion: slice.ResourceVersion, byExpr: map[string][]bool{}, byKey: map[string][]bool{}, idle: map[string][]bool{}}
 		m.ids = make([]structured.DeviceID, len(slice.Spec.Devices))
 		for i := range slice.Spec.Devices {
 			m.ids[i] = structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, slice.Spec.Devices[i].Name)
@@ -489,6 +502,26 @@ func (p *Plugin) selection(ctx context.Context, m *sliceMatches, slice *resource
 	}
 	m.byKey[alt.key] = sel
 	return sel
+}
+
+// idleFits tells, per device of the slice, whether it could take the
+// alternative's capacity requests if nothing held it: free's answer for
+// an unallocated device, worked out once per slice version. Callers
+// hold p.mu.
+func (p *Plugin) idleFits(m *sliceMatches, slice *resourceapi.ResourceSlice, alt alternative) []bool {
+	if fits, ok := m.idle[alt.capKey]; ok {
+		return fits
+	}
+	fits := make([]bool, len(slice.Spec.Devices))
+	none := &structured.AllocatedState{}
+	for d := range slice.Spec.Devices {
+		fits[d] = p.free(none, m.ids[d], &slice.Spec.Devices[d], alt)
+	}
+	if len(m.idle) >= maxCachedSelections {
+		m.idle = map[string][]bool{}
+	}
+	m.idle[alt.capKey] = fits
+	return fits
 }
 
 // free tells whether the device could take the alternative: it is not

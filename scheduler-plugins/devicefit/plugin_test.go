@@ -97,7 +97,7 @@ type handle struct {
 
 func (h handle) SharedDRAManager() fwk.SharedDRAManager { return h.dra }
 
-func newPlugin(t *testing.T, dra fwk.SharedDRAManager) *Plugin {
+func newPlugin(t testing.TB, dra fwk.SharedDRAManager) *Plugin {
 	t.Helper()
 	p, err := New(t.Context(), nil, handle{dra: dra}, features)
 	if err != nil {
@@ -382,4 +382,48 @@ func allocates(ctx context.Context, t *testing.T, dra fwk.SharedDRAManager, allo
 		t.Fatalf("allocate %s on %s: %v", claim.Name, node.Name, err)
 	}
 	return len(res) > 0
+}
+
+// BenchmarkPreFilter is a pod's PreFilter on the shape of upstream's
+// SchedulingWithResourceClaimTemplate/2000pods_200nodes: 200 nodes of 10
+// GPUs, half of them allocated, one whole-GPU claim to check.
+func BenchmarkPreFilter(b *testing.B) {
+	for _, shared := range []bool{false, true} {
+		name := "whole"
+		if shared {
+			name = "shared"
+		}
+		b.Run(name, func(b *testing.B) {
+			objects := classes()
+			var names []string
+			for n := range 200 {
+				node := fmt.Sprintf("node-%d", n)
+				names = append(names, node)
+				if shared {
+					objects = append(objects, sharedSlice(node, 10, "A100"))
+					for g := range 5 {
+						objects = append(objects, share(fmt.Sprintf("%s-held-%d", node, g), node, g, "50", "8Gi"))
+					}
+					continue
+				}
+				objects = append(objects, dct.GPUSlice(node, 10))
+				for g := range 5 {
+					objects = append(objects, dct.Allocate(testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Claim("default", fmt.Sprintf("%s-held-%d", node, g)), node, g))
+				}
+			}
+			claim := testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Claim("default", "new")
+			if shared {
+				claim = testutil.MakeClaimSpec().Request("gpu", sharedClass, 1).Capacity(map[string]string{"cores": "30", "memory": "4Gi"}).Claim("default", "new")
+			}
+			objects = append(objects, claim)
+			p := newPlugin(b, dct.DRAManager(b.Context(), b, objects...))
+			pod, nodes := podWith(claim), nodeInfos(names...)
+			b.ResetTimer()
+			for range b.N {
+				if _, st := p.PreFilter(b.Context(), framework.NewCycleState(), pod, nodes); !st.IsSuccess() {
+					b.Fatal(st)
+				}
+			}
+		})
+	}
 }
