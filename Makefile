@@ -100,9 +100,13 @@ replay:
 REPLAY_VARIANT ?= default
 REPLAY_PROFILES ?= strata,default,mostallocated
 REPLAY_SEEDS ?= 42-51
+# REPLAY_NODES_TO_SCORE sets percentageOfNodesToScore for every profile:
+# empty keeps the profiles' (kube-scheduler's adaptive default), 100
+# scores every node as the trace authors' simulator does.
+REPLAY_NODES_TO_SCORE ?=
 
 replay-framework:
-	$(GO) run ./cmd/strata-sim replay --engine framework --trace-dir $(TRACE_DIR) --variant $(REPLAY_VARIANT) --profile $(REPLAY_PROFILES) --seeds $(REPLAY_SEEDS) --out $(REPLAY_OUT)-framework-$(REPLAY_VARIANT)
+	$(GO) run ./cmd/strata-sim replay --engine framework --trace-dir $(TRACE_DIR) --variant $(REPLAY_VARIANT) --profile $(REPLAY_PROFILES) --seeds $(REPLAY_SEEDS) $(if $(REPLAY_NODES_TO_SCORE),--percentage-of-nodes-to-score $(REPLAY_NODES_TO_SCORE)) --out $(REPLAY_OUT)-framework-$(REPLAY_VARIANT)$(if $(REPLAY_NODES_TO_SCORE),-$(REPLAY_NODES_TO_SCORE))
 
 ## images: one container image per component (Dockerfile targets).
 CONTAINER_TOOL ?= docker

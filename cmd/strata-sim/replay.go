@@ -54,6 +54,7 @@ func runReplay(args []string) error {
 	fs.StringVar(&o.OutDir, "out", "", "folder for results.csv and curves.csv")
 	fs.StringVar(&o.Engine, "engine", replay.EngineModel, "engine: model or framework")
 	merge := fs.StringSlice("merge", nil, "--out folders of earlier replays to gather into --out, replaying nothing")
+	percentage := fs.Int32("percentage-of-nodes-to-score", 0, "framework engine: the share of nodes kube-scheduler searches for feasible ones and scores; 0 is its adaptive default, 100 every node (the trace authors' simulator); default: the profile's")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -75,6 +76,15 @@ func runReplay(args []string) error {
 	}
 	if err := checkEngine(fs, &o); err != nil {
 		return err
+	}
+	if fs.Changed("percentage-of-nodes-to-score") {
+		if o.Engine != replay.EngineFramework {
+			return fmt.Errorf("--percentage-of-nodes-to-score is for --engine framework")
+		}
+		if *percentage < 0 || *percentage > 100 {
+			return fmt.Errorf("--percentage-of-nodes-to-score %d: want 0 (adaptive) to 100", *percentage)
+		}
+		o.PercentageOfNodesToScore = percentage
 	}
 	var err error
 	if o.Seeds, err = parseSeeds(*seeds); err != nil {

@@ -85,9 +85,9 @@ type sliceMatches struct {
 	// byKey whether all of an alternative's expressions do.
 	byExpr map[string][]bool
 	byKey  map[string][]bool
-	// idle holds, per capacity request (alternative.capKey), whether each
-	// device could take it if nothing held it.
-	idle map[string][]bool
+	// idle holds, per capacity request (alternative.capKey), what the
+	// devices offer it when nothing holds them.
+	idle map[string]*idleFit
 	// ids are the devices' IDs.
 	ids []structured.DeviceID
 }
@@ -174,7 +174,7 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		}
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	rejected, err := p.verdicts(ctx, reqs, nodes)
+	rejected, err := p.verdicts(ctx, cs, reqs, nodes)
 	if err != nil {
 		// The DynamicResources plugin reads the same state and reports.
 		logger.V(4).Info("Not checking the pod's claims", "pod", klog.KObj(pod), "err", err)
@@ -339,12 +339,12 @@ func (p *Plugin) requirement(claim string, r resourceapi.DeviceRequest) (require
 // verdicts counts, per node, each alternative's free matching devices
 // and returns why each node that cannot satisfy some requirement is
 // rejected.
-func (p *Plugin) verdicts(ctx context.Context, reqs []requirement, nodes []fwk.NodeInfo) (map[string]string, error) {
+func (p *Plugin) verdicts(ctx context.Context, cs fwk.CycleState, reqs []requirement, nodes []fwk.NodeInfo) (map[string]string, error) {
 	list, err := p.dra.ResourceSlices().ListWithDeviceTaintRules()
 	if err != nil {
 		return nil, fmt.Errorf("list ResourceSlices: %w", err)
 	}
-	allocated, err := devicecount.GatherAllocated(p.dra)
+	allocated, err := devicecount.GatherAllocated(cs, p.dra)
 	if err != nil {
 		return nil, err
 	}
@@ -392,10 +392,7 @@ func (p *Plugin) verdicts(ctx context.Context, reqs []requirement, nodes []fwk.N
 						unchecked[i] = true
 						break
 					}
-					dev := &slice.Spec.Devices[d]
-					shared := p.consumable && ptr.Deref(dev.AllowMultipleAllocations, false)
-					if shared && p.free(allocated, m.ids[d], dev, alt) ||
-						!shared && idle[d] && !allocated.AllocatedDevices.Has(m.ids[d]) {
+					if idle.fits[d] && p.free(allocated, m.ids[d], &slice.Spec.Devices[d], idle.needs[d]) {
 						c[offset[i]+j]++
 					}
 				}
@@ -454,7 +451,7 @@ func reason(r requirement, have int64) string {
 func (p *Plugin) sliceMatches(slice *resourceapi.ResourceSlice) *sliceMatches {
 	m := p.matches[slice.Name]
 	if m == nil || m.uid != slice.UID || m.resourceVersion != slice.ResourceVersion || slice.ResourceVersion == "" {
-		m = &sliceMatches{uid: slice.UID, resourceVersion: slice.ResourceVersion, byExpr: map[string][]bool{}, byKey: map[string][]bool{}, idle: map[string][]bool{}}
+		m = &sliceMatches{uid: slice.UID, resourceVersion: slice.ResourceVersion, byExpr: map[string][]bool{}, byKey: map[string][]bool{}, idle: map[string]*idleFit{}}
 		m.ids = make([]structured.DeviceID, len(slice.Spec.Devices))
 		for i := range slice.Spec.Devices {
 			m.ids[i] = structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, slice.Spec.Devices[i].Name)
@@ -504,46 +501,56 @@ func (p *Plugin) selection(ctx context.Context, m *sliceMatches, slice *resource
 	return sel
 }
 
-// idleFits tells, per device of the slice, whether it could take the
-// alternative's capacity requests if nothing held it: free's answer for
-// an unallocated device, worked out once per slice version. Callers
-// hold p.mu.
-func (p *Plugin) idleFits(m *sliceMatches, slice *resourceapi.ResourceSlice, alt alternative) []bool {
-	if fits, ok := m.idle[alt.capKey]; ok {
-		return fits
-	}
-	fits := make([]bool, len(slice.Spec.Devices))
-	none := &structured.AllocatedState{}
-	for d := range slice.Spec.Devices {
-		fits[d] = p.free(none, m.ids[d], &slice.Spec.Devices[d], alt)
-	}
-	if len(m.idle) >= maxCachedSelections {
-		m.idle = map[string][]bool{}
-	}
-	m.idle[alt.capKey] = fits
-	return fits
+// idleFit is what a slice's devices offer an alternative when nothing
+// holds them.
+type idleFit struct {
+	// fits tells, per device, whether it could take the alternative's
+	// capacity requests.
+	fits []bool
+	// needs lists, per device that fits, the capacities the
+	// alternative consumes of it (with consumable capacity on).
+	needs [][]capacityNeed
 }
 
-// free tells whether the device could take the alternative: it is not
-// allocated, or it allows several allocations; and, with consumable
-// capacity on, it has every capacity the alternative asks for, with room
-// for what the alternative consumes at least: the amount asked (before
-// rounding up to a valid value), else the capacity's default, else all
-// of it, as the allocator counts it.
-func (p *Plugin) free(allocated *structured.AllocatedState, id structured.DeviceID, dev *resourceapi.Device, alt alternative) bool {
-	var used structured.ConsumedCapacity
-	if ptr.Deref(dev.AllowMultipleAllocations, false) && p.consumable {
-		used = allocated.AggregatedCapacity[id]
-	} else if allocated.AllocatedDevices.Has(id) {
-		return false
+// capacityNeed is what an alternative consumes of one capacity of a
+// device, and the device's total, in milli-units.
+type capacityNeed struct {
+	name        resourceapi.QualifiedName
+	need, total int64
+}
+
+// idleFits returns what the slice's devices offer the alternative when
+// nothing holds them, worked out once per slice version. Callers hold
+// p.mu.
+func (p *Plugin) idleFits(m *sliceMatches, slice *resourceapi.ResourceSlice, alt alternative) *idleFit {
+	if fit, ok := m.idle[alt.capKey]; ok {
+		return fit
 	}
+	fit := &idleFit{fits: make([]bool, len(slice.Spec.Devices)), needs: make([][]capacityNeed, len(slice.Spec.Devices))}
+	for d := range slice.Spec.Devices {
+		fit.needs[d], fit.fits[d] = p.needs(&slice.Spec.Devices[d], alt)
+	}
+	if len(m.idle) >= maxCachedSelections {
+		m.idle = map[string]*idleFit{}
+	}
+	m.idle[alt.capKey] = fit
+	return fit
+}
+
+// needs works out what the alternative consumes of a device with
+// consumable capacity on: every capacity the alternative asks for must
+// be there, and the alternative consumes at least the amount asked
+// (before rounding up to a valid value), else the capacity's default,
+// else all of it, as the allocator counts it. fits is false where the
+// device could not take that even when idle.
+func (p *Plugin) needs(dev *resourceapi.Device, alt alternative) (needs []capacityNeed, fits bool) {
 	if !p.consumable {
-		return true
+		return nil, true
 	}
 	for name := range alt.requests {
 		if _, ok := dev.Capacity[name]; !ok {
 			// The allocator skips a device without a requested capacity.
-			return false
+			return nil, false
 		}
 	}
 	for name, c := range dev.Capacity {
@@ -558,11 +565,28 @@ func (p *Plugin) free(allocated *structured.AllocatedState, id structured.Device
 		default:
 			need = c.Value.MilliValue()
 		}
-		var have int64
-		if q := used[name]; q != nil {
-			have = q.MilliValue()
+		total := c.Value.MilliValue()
+		if need > total {
+			return nil, false
 		}
-		if have+need > c.Value.MilliValue() {
+		needs = append(needs, capacityNeed{name: name, need: need, total: total})
+	}
+	return needs, true
+}
+
+// free tells whether a device that fits the alternative when idle can
+// take it now: a device used whole must not be allocated; a shared one
+// must have room left for what the alternative consumes (needs).
+func (p *Plugin) free(allocated *structured.AllocatedState, id structured.DeviceID, dev *resourceapi.Device, needs []capacityNeed) bool {
+	if !p.consumable || !ptr.Deref(dev.AllowMultipleAllocations, false) {
+		return !allocated.AllocatedDevices.Has(id)
+	}
+	used := allocated.AggregatedCapacity[id]
+	if len(used) == 0 {
+		return true
+	}
+	for _, n := range needs {
+		if q := used[n.name]; q != nil && q.MilliValue()+n.need > n.total {
 			return false
 		}
 	}

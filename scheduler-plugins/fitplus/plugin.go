@@ -110,7 +110,7 @@ func (s *state) Clone() fwk.StateData { return s }
 // and, if any of them stands for DRA devices, counts the devices of the
 // nodes to score.
 func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
-	s, err := p.prepare(ctx, pod, nodes)
+	s, err := p.prepare(ctx, cs, pod, nodes)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -120,7 +120,7 @@ func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *corev1.Po
 
 // prepare works out a cycle's state: the resources to score, and the
 // devices of the given nodes if any of them stands for DRA devices.
-func (p *Plugin) prepare(ctx context.Context, pod *corev1.Pod, nodes []fwk.NodeInfo) (*state, error) {
+func (p *Plugin) prepare(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*state, error) {
 	names := sets.New[corev1.ResourceName]()
 	for name, q := range resourcehelper.PodRequests(pod, p.requests) {
 		if _, ok := p.resources[name]; ok && q.Sign() > 0 {
@@ -140,7 +140,7 @@ func (p *Plugin) prepare(ctx context.Context, pod *corev1.Pod, nodes []fwk.NodeI
 		classes = classes.Restrict(names)
 	}
 	if len(classes) > 0 {
-		if s.devices, err = p.devices.Nodes(ctx, classes, nodes, true); err != nil {
+		if s.devices, err = p.devices.Nodes(ctx, cs, classes, nodes, true); err != nil {
 			return nil, err
 		}
 	}

@@ -143,7 +143,7 @@ func (s *state) Clone() fwk.StateData { return s }
 
 // PreScore measures each feasible node.
 func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
-	st, err := p.measure(ctx, pod, nodes)
+	st, err := p.measure(ctx, cs, pod, nodes)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -187,7 +187,7 @@ func (p *Plugin) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *corev1.P
 // integer raw score that keeps a thousandth of a milli.
 const scale = 1000
 
-func (p *Plugin) measure(ctx context.Context, pod *corev1.Pod, nodes []fwk.NodeInfo) (*state, error) {
+func (p *Plugin) measure(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*state, error) {
 	st := &state{raw: make(map[string]int64, len(nodes))}
 	classes, err := p.classes()
 	if err != nil {
@@ -198,7 +198,7 @@ func (p *Plugin) measure(ctx context.Context, pod *corev1.Pod, nodes []fwk.NodeI
 	if err != nil {
 		return nil, err
 	}
-	alloc, err := p.devices.AllocatedState()
+	alloc, err := p.devices.AllocatedState(cs)
 	if err != nil {
 		return nil, err
 	}

@@ -73,7 +73,7 @@ func TestOneGPUPodKeepsAPairWhole(t *testing.T) {
 		p.observe(types.UID(string(rune('a'+i))), fragment.Task{CPU: 8000, GPUs: 2, Milli: fragment.Whole})
 	}
 	nodes := nodeInfos("a-half", "b-free", "c-starved")
-	st, err := p.measure(ctx, pod, nodes)
+	st, err := p.measure(ctx, nil, pod, nodes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestFreeShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	alloc, err := c.AllocatedState()
+	alloc, err := c.AllocatedState(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

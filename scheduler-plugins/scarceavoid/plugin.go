@@ -87,7 +87,7 @@ func (s *state) Clone() fwk.StateData { return s }
 // types and, if an arg stands for DRA devices the pod does not use,
 // counts them on the nodes to score.
 func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
-	s, err := p.prepare(ctx, pod, nodes)
+	s, err := p.prepare(ctx, cs, pod, nodes)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -98,7 +98,7 @@ func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *corev1.Po
 // prepare works out a cycle's state: the pod's resource types, and the
 // devices of the given nodes under the args' names that stand for DRA
 // devices the pod does not use.
-func (p *Plugin) prepare(ctx context.Context, pod *corev1.Pod, nodes []fwk.NodeInfo) (*state, error) {
+func (p *Plugin) prepare(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*state, error) {
 	s := &state{pod: podTypes(resourcehelper.PodRequests(pod, p.requests))}
 	classes, err := p.devices.Classes()
 	if err != nil {
@@ -115,7 +115,7 @@ func (p *Plugin) prepare(ctx context.Context, pod *corev1.Pod, nodes []fwk.NodeI
 		classes = classes.Restrict(sets.KeySet(classes).Difference(s.pod))
 	}
 	if len(classes) > 0 {
-		if s.devices, err = p.devices.Nodes(ctx, classes, nodes, false); err != nil {
+		if s.devices, err = p.devices.Nodes(ctx, cs, classes, nodes, false); err != nil {
 			return nil, err
 		}
 		s.dra = classes.Names()

@@ -66,10 +66,11 @@ type FrameworkResult struct {
 const maxKeptErrors = 5
 
 // RunFramework replays one seed through kube-scheduler's framework with
-// a profile (FrameworkProfiles). parallelism is the framework's, for
-// Filter and Score over nodes.
-func RunFramework(ctx context.Context, c *Cluster, pods []TracePod, profile string, seed uint64, parallelism int) (*FrameworkResult, error) {
-	prof, err := LoadProfile(profile)
+// a profile (FrameworkProfiles), with its percentageOfNodesToScore
+// unless percentage is set. parallelism is the framework's, for Filter
+// and Score over nodes.
+func RunFramework(ctx context.Context, c *Cluster, pods []TracePod, profile string, percentage *int32, seed uint64, parallelism int) (*FrameworkResult, error) {
+	prof, err := profileWith(profile, percentage)
 	if err != nil {
 		return nil, err
 	}

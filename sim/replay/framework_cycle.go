@@ -42,10 +42,19 @@ func (s *scheduler) schedule(ctx context.Context, pod *corev1.Pod) (node string,
 	return host, len(feasible), s.bind(ctx, state, pod, host)
 }
 
-// filter runs PreFilter, then Filter on every node in parallel, and
-// returns the feasible nodes in the snapshot's order.
+// filter runs PreFilter, then Filter on the nodes, and returns the
+// feasible nodes in the order they were searched.
+//
+// As kube-scheduler's findNodesThatPassFilters, the search starts where
+// the last pod's stopped and ends once the profile's
+// percentageOfNodesToScore of the nodes have passed (all of them at 100;
+// kube-scheduler's adaptive share when unset or 0). kube-scheduler stops
+// the parallel search as soon as enough nodes pass, so which nodes those
+// are depends on goroutine timing; the replay searches in chunks of
+// nodes, each in parallel, and keeps the first nodes to pass in search
+// order, so that a seed repeats.
 func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod) ([]fwk.NodeInfo, error) {
-	nodes, err := s.snapshot.NodeInfos().List()
+	all, err := s.snapshot.NodeInfos().List()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errBug, err)
 	}
@@ -56,36 +65,73 @@ func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *corev
 		}
 		return nil, fmt.Errorf("%w: PreFilter: %w", errBug, st.AsError())
 	}
+	nodes := all
 	if !pre.AllNodes() {
-		var some []fwk.NodeInfo
-		for _, n := range nodes {
+		nodes = nil
+		for _, n := range all {
 			if pre.NodeNames.Has(n.Node().Name) {
-				some = append(some, n)
+				nodes = append(nodes, n)
 			}
 		}
-		nodes = some
+	}
+	if len(nodes) == 0 {
+		return nil, nil
+	}
+	want := nodesToFind(s.percentage, len(nodes))
+	if !s.fw.HasScorePlugins() {
+		want = 1 // as kube-scheduler: nothing to choose between
+	}
+	chunk := len(nodes)
+	if want < len(nodes) {
+		chunk = filterChunk
 	}
 	fits := make([]bool, len(nodes))
-	var firstErr atomic.Pointer[fwk.Status]
-	s.fw.Parallelizer().Until(ctx, len(nodes), func(i int) {
-		st := s.fw.RunFilterPlugins(ctx, state, pod, nodes[i])
-		switch {
-		case st.IsSuccess():
-			fits[i] = true
-		case !st.IsRejected():
-			firstErr.CompareAndSwap(nil, st)
-		}
-	}, "Filter")
-	if st := firstErr.Load(); st != nil {
-		return nil, fmt.Errorf("%w: Filter: %w", errBug, st.AsError())
-	}
 	var out []fwk.NodeInfo
-	for i, ok := range fits {
-		if ok {
-			out = append(out, nodes[i])
+	searched := 0
+	for searched < len(nodes) && len(out) < want {
+		end := min(searched+chunk, len(nodes))
+		var firstErr atomic.Pointer[fwk.Status]
+		s.fw.Parallelizer().Until(ctx, end-searched, func(i int) {
+			n := nodes[(s.nextStart+searched+i)%len(nodes)]
+			st := s.fw.RunFilterPlugins(ctx, state, pod, n)
+			switch {
+			case st.IsSuccess():
+				fits[searched+i] = true
+			case !st.IsRejected():
+				firstErr.CompareAndSwap(nil, st)
+			}
+		}, "Filter")
+		if st := firstErr.Load(); st != nil {
+			return nil, fmt.Errorf("%w: Filter: %w", errBug, st.AsError())
+		}
+		for ; searched < end && len(out) < want; searched++ {
+			if fits[searched] {
+				out = append(out, nodes[(s.nextStart+searched)%len(nodes)])
+			}
 		}
 	}
+	// kube-scheduler counts the nodes it searched against all nodes.
+	s.nextStart = (s.nextStart + searched) % len(all)
 	return out, nil
+}
+
+// filterChunk is how many nodes the replay filters at a time when it
+// needs only some of them to pass.
+const filterChunk = 64
+
+// nodesToFind is kube-scheduler's numFeasibleNodesToFind: how many
+// feasible nodes it looks for among n before it stops searching, for a
+// profile's percentageOfNodesToScore (0 is adaptive: 50 % less 1 % per
+// 125 nodes, at least 5 %; never fewer than 100 nodes).
+func nodesToFind(percentage int32, n int) int {
+	const minNodes, minPercentage = 100, 5
+	if n < minNodes {
+		return n
+	}
+	if percentage == 0 {
+		percentage = max(50-int32(n)/125, minPercentage)
+	}
+	return max(int(int64(n)*int64(percentage)/100), minNodes)
 }
 
 // score runs PreScore and Score and picks the node with the highest total

@@ -37,8 +37,7 @@ var profileFiles embed.FS
 // LoadProfile reads a profile's configuration as kube-scheduler reads
 // its --config file: decoded strictly, defaulted (the default plugins
 // and their args filled in) and validated. It fails if the profile names
-// a plugin strata-scheduler does not have, or scores fewer than every
-// node: the replay filters and scores all of them.
+// a plugin strata-scheduler does not have.
 func LoadProfile(name string) (*config.KubeSchedulerProfile, error) {
 	if !slices.Contains(FrameworkProfiles, name) {
 		return nil, fmt.Errorf("profile %q is not one of %v", name, FrameworkProfiles)
@@ -65,9 +64,6 @@ func LoadProfile(name string) (*config.KubeSchedulerProfile, error) {
 	if prof.PercentageOfNodesToScore == nil {
 		prof.PercentageOfNodesToScore = cfg.PercentageOfNodesToScore
 	}
-	if p := prof.PercentageOfNodesToScore; p == nil || *p != 100 {
-		return nil, fmt.Errorf("profile %s: percentageOfNodesToScore must be 100, the replay scores every node", name)
-	}
 	registry, err := Registry()
 	if err != nil {
 		return nil, err
@@ -78,6 +74,20 @@ func LoadProfile(name string) (*config.KubeSchedulerProfile, error) {
 		}
 	}
 	return &prof, nil
+}
+
+// profileWith loads a profile and sets its percentageOfNodesToScore if
+// percentage is given.
+func profileWith(name string, percentage *int32) (*config.KubeSchedulerProfile, error) {
+	prof, err := LoadProfile(name)
+	if err != nil || percentage == nil {
+		return prof, err
+	}
+	if p := *percentage; p < 0 || p > 100 {
+		return nil, fmt.Errorf("percentageOfNodesToScore %d is not between 0 (adaptive) and 100", p)
+	}
+	prof.PercentageOfNodesToScore = percentage
+	return prof, nil
 }
 
 // Registry is strata-scheduler's: kube-scheduler's in-tree plugins and

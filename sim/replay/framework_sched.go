@@ -31,6 +31,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
+	"k8s.io/utils/ptr"
 )
 
 // scheduler is kube-scheduler's scheduling cycle for one seed, without an
@@ -56,6 +57,10 @@ type scheduler struct {
 	stop     func()
 	// sinceSync counts claim writes since the claim informer last caught up.
 	sinceSync int
+	// percentage is the profile's percentageOfNodesToScore (0: adaptive),
+	// nextStart the node the next pod's search starts from.
+	percentage int32
+	nextStart  int
 }
 
 // informerLag bounds the claim writes the claim informer may lag behind:
@@ -72,7 +77,7 @@ func newScheduler(ctx context.Context, c *Cluster, prof *config.KubeSchedulerPro
 	logger := klog.FromContext(ctx)
 	client := newClientset(c, claims)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	s := &scheduler{client: client, factory: factory, logger: logger, rng: rand.New(rand.NewPCG(seed, 0x5c4ed))}
+	s := &scheduler{client: client, factory: factory, logger: logger, rng: rand.New(rand.NewPCG(seed, 0x5c4ed)), percentage: ptr.Deref(prof.PercentageOfNodesToScore, 0)}
 	s.stop = func() { cancel(); factory.Shutdown() }
 	defer func() {
 		if err != nil {

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/strata-sh/strata/deployments"
@@ -452,12 +454,20 @@ func TestFrameworkFullSeed(t *testing.T) {
 	if p := os.Getenv("STRATA_REPLAY_PROFILE"); p != "" {
 		profile = p
 	}
-	sample := Sample(pods, c.TotalMilli, 42)
+	prof := loadProfile(t, profile)
+	if p, err := strconv.Atoi(os.Getenv("STRATA_REPLAY_PERCENT")); err == nil {
+		prof.PercentageOfNodesToScore = ptr.To(int32(p))
+	}
+	seed := uint64(42)
+	if n, err := strconv.Atoi(os.Getenv("STRATA_REPLAY_SEED")); err == nil {
+		seed = uint64(n)
+	}
+	sample := Sample(pods, c.TotalMilli, seed)
 	if n, err := strconv.Atoi(os.Getenv("STRATA_REPLAY_PODS")); err == nil && n < len(sample) {
 		sample = sample[:n]
 	}
 	start, cpu0 := time.Now(), cpuTime(t)
-	res, s, err := replayFramework(testContext(t), c, sample, loadProfile(t, profile), 42, runtime.GOMAXPROCS(0))
+	res, s, err := replayFramework(testContext(t), c, sample, prof, seed, runtime.GOMAXPROCS(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,4 +496,72 @@ func cpuTime(t *testing.T) time.Duration {
 		t.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// As kube-scheduler, the replay stops searching once it has found the
+// profile's share of feasible nodes, and the next pod's search starts
+// where the last one stopped, rejected nodes counted.
+func TestSearchStopsAtPercentageOfNodesToScore(t *testing.T) {
+	var nodes []TraceNode
+	for i := range 250 {
+		n := TraceNode{Name: fmt.Sprintf("n%03d", i), CPU: 64000, Memory: 262144}
+		if i == 5 {
+			n.CPU = 500 // too small for any pod
+		}
+		nodes = append(nodes, n)
+	}
+	c := buildCluster(t, nodes)
+	sample := []TracePod{{Name: "a", CPU: 1000, Memory: 1024}, {Name: "b", CPU: 1000, Memory: 1024}, {Name: "c", CPU: 1000, Memory: 1024}}
+	for _, tc := range []struct {
+		percentage int32
+		feasible   []int
+		nextStart  int
+	}{
+		// Adaptive on 250 nodes: 50 % less 2 % = 120 nodes. The first pod
+		// searches n000-n120 (n005 is rejected), the second n121-n240, the
+		// third n241-n249 and n000-n111.
+		{percentage: 0, feasible: []int{120, 120, 120}, nextStart: 112},
+		{percentage: 100, feasible: []int{249, 249, 249}, nextStart: 0},
+		// 10 % is 25 nodes, fewer than kube-scheduler's floor of 100.
+		{percentage: 10, feasible: []int{100, 100, 100}, nextStart: 52}, // n000-n100, n101-n200, n201-n249 and n000-n051
+	} {
+		t.Run(fmt.Sprint(tc.percentage), func(t *testing.T) {
+			prof, err := profileWith(ProfileDefault, ptr.To(tc.percentage))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, s, err := replayFramework(testContext(t), c, sample, prof, 42, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !cmp.Equal(res.Feasible, tc.feasible) {
+				t.Errorf("feasible nodes per pod %v, want %v", res.Feasible, tc.feasible)
+			}
+			if s.nextStart != tc.nextStart {
+				t.Errorf("the next search starts at node %d, want %d", s.nextStart, tc.nextStart)
+			}
+		})
+	}
+	if _, err := profileWith(ProfileDefault, ptr.To(int32(101))); err == nil {
+		t.Error("percentageOfNodesToScore 101 accepted")
+	}
+}
+
+func TestNodesToFind(t *testing.T) {
+	for _, tc := range []struct {
+		percentage int32
+		nodes      int
+		want       int
+	}{
+		{0, 50, 50},       // fewer than 100: all
+		{0, 1523, 578},    // openb: 50 - 12 = 38 %
+		{0, 5000, 500},    // 10 %
+		{0, 10000, 500},   // at least 5 %
+		{100, 1523, 1523}, // every node
+		{30, 200, 100},    // never fewer than 100
+	} {
+		if got := nodesToFind(tc.percentage, tc.nodes); got != tc.want {
+			t.Errorf("nodesToFind(%d, %d) = %d, want %d", tc.percentage, tc.nodes, got, tc.want)
+		}
+	}
 }

@@ -33,6 +33,10 @@ type Options struct {
 	// curve-<variant>.png per variant.
 	OutDir string
 	Out    io.Writer
+	// PercentageOfNodesToScore, if set, overrides the framework engine
+	// profiles' (by default kube-scheduler's adaptive share; 100 filters
+	// and scores every node, as the trace authors' simulator does).
+	PercentageOfNodesToScore *int32
 }
 
 // Result is one policy's replay of one variant.
@@ -67,7 +71,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	case EngineFramework:
 		// A profile that cannot load fails the run before any replay.
 		for _, p := range o.Profiles {
-			if _, err := LoadProfile(p); err != nil {
+			if _, err := profileWith(p, o.PercentageOfNodesToScore); err != nil {
 				return nil, err
 			}
 		}
@@ -90,7 +94,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 			if cluster != nil {
 				label = EngineFramework + "/" + name
 				run = func(seed uint64, parallelism int) (*ModelResult, error) {
-					r, err := RunFramework(ctx, cluster, pods, name, seed, parallelism)
+					r, err := RunFramework(ctx, cluster, pods, name, o.PercentageOfNodesToScore, seed, parallelism)
 					if err != nil {
 						return nil, err
 					}

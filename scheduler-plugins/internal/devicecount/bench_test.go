@@ -36,12 +36,12 @@ func BenchmarkNodes(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := c.Nodes(ctx, cls, nodes, true); err != nil {
+			if _, err := c.Nodes(ctx, nil, cls, nodes, true); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := c.Nodes(ctx, cls, nodes, true); err != nil {
+				if _, err := c.Nodes(ctx, nil, cls, nodes, true); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -12,8 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/utils/ptr"
 
@@ -122,7 +124,7 @@ func TestNodes(t *testing.T) {
 		"node-d": {},
 	}
 	for round := range 2 { // the second round answers from the selection cache
-		counts, err := c.Nodes(ctx, cls, nodes, true)
+		counts, err := c.Nodes(ctx, nil, cls, nodes, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +139,7 @@ func TestNodes(t *testing.T) {
 			t.Errorf("cpu is no class, counted %+v", n)
 		}
 	}
-	counts, err := c.Nodes(ctx, cls, nodes, false)
+	counts, err := c.Nodes(ctx, nil, cls, nodes, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,5 +239,47 @@ func TestSignPod(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A scheduling cycle reads one allocated state, gathered by the first
+// plugin that asks; the next cycle gathers afresh.
+func TestGatherAllocatedOncePerCycle(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	first := dct.Allocate(testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Claim("default", "first"), "node-a", 0)
+	pending := testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Claim("default", "second")
+	pending.UID = "default/second"
+	m := dct.DRAManager(ctx, t, append(classes(t, gpuClass), dct.GPUSlice("node-a", 8), first, pending)...)
+	cycle := framework.NewCycleState()
+	before, err := devicecount.GatherAllocated(cycle, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another pod's allocation goes in flight during the cycle.
+	second := dct.Allocate(pending, "node-a", 1)
+	if err := m.ResourceClaims().SignalClaimPendingAllocation(second.UID, second); err != nil {
+		t.Fatal(err)
+	}
+	again, err := devicecount.GatherAllocated(cycle, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != before {
+		t.Errorf("the cycle's second call gathered again")
+	}
+	gpu := func(i int) structured.DeviceID {
+		return structured.MakeDeviceID(dct.GPUDriver, "node-a", dct.GPUName("node-a", i))
+	}
+	if !again.AllocatedDevices.Has(gpu(0)) || again.AllocatedDevices.Has(gpu(1)) {
+		t.Errorf("within the cycle: allocated %v, want only GPU 0", again.AllocatedDevices.UnsortedList())
+	}
+	for name, cs := range map[string]fwk.CycleState{"next cycle": framework.NewCycleState(), "no cycle": nil} {
+		fresh, err := devicecount.GatherAllocated(cs, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fresh.AllocatedDevices.Has(gpu(0)) || !fresh.AllocatedDevices.Has(gpu(1)) {
+			t.Errorf("%s: allocated %v, want GPUs 0 and 1", name, fresh.AllocatedDevices.UnsortedList())
+		}
 	}
 }

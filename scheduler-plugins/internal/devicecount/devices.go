@@ -53,9 +53,9 @@ func (c *Counter) Devices(ctx context.Context, classes Classes, name corev1.Reso
 
 // AllocatedState returns the devices allocated to any claim and what
 // shared devices' claims consume (see GatherAllocated).
-func (c *Counter) AllocatedState() (*structured.AllocatedState, error) {
+func (c *Counter) AllocatedState(cs fwk.CycleState) (*structured.AllocatedState, error) {
 	if c.dra == nil {
 		return &structured.AllocatedState{}, nil
 	}
-	return GatherAllocated(c.dra)
+	return GatherAllocated(cs, c.dra)
 }

@@ -19,7 +19,7 @@ import (
 type Lazy[S fwk.StateData] struct {
 	Key     fwk.StateKey
 	Handle  fwk.Handle
-	Prepare func(ctx context.Context, pod *corev1.Pod, nodes []fwk.NodeInfo) (S, error)
+	Prepare func(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (S, error)
 
 	mu sync.Mutex
 }
@@ -36,7 +36,7 @@ func (l *Lazy[S]) Get(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 		lister = l.Handle.SnapshotSharedLister()
 	}
 	if lister == nil {
-		return l.Prepare(ctx, pod, []fwk.NodeInfo{ni})
+		return l.Prepare(ctx, cs, pod, []fwk.NodeInfo{ni})
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -48,7 +48,7 @@ func (l *Lazy[S]) Get(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, n
 	if err != nil {
 		return zero, fmt.Errorf("list nodes: %w", err)
 	}
-	s, err := l.Prepare(ctx, pod, nodes)
+	s, err := l.Prepare(ctx, cs, pod, nodes)
 	if err != nil {
 		return zero, err
 	}

@@ -47,7 +47,7 @@ func (n *NodeCounts) Get(node string, name corev1.ResourceName) NodeCount {
 
 // Nodes counts, for each node, the devices of each name in classes, and
 // with allocated also how many of them are allocated.
-func (c *Counter) Nodes(ctx context.Context, classes Classes, nodes []fwk.NodeInfo, allocated bool) (*NodeCounts, error) {
+func (c *Counter) Nodes(ctx context.Context, cs fwk.CycleState, classes Classes, nodes []fwk.NodeInfo, allocated bool) (*NodeCounts, error) {
 	names := classes.Names()
 	out := &NodeCounts{names: names, nodes: make(map[string][]NodeCount, len(nodes))}
 	if len(names) == 0 || len(nodes) == 0 {
@@ -56,7 +56,7 @@ func (c *Counter) Nodes(ctx context.Context, classes Classes, nodes []fwk.NodeIn
 	var inUse sets.Set[structured.DeviceID]
 	if allocated {
 		var err error
-		if inUse, err = c.allocated(); err != nil {
+		if inUse, err = c.allocated(cs); err != nil {
 			return nil, err
 		}
 	}
@@ -194,8 +194,8 @@ func (c *Counter) matches(ctx context.Context, class *resourceapi.DeviceClass, d
 
 // allocated returns the devices allocated to any claim, wholly or as a
 // share.
-func (c *Counter) allocated() (sets.Set[structured.DeviceID], error) {
-	state, err := GatherAllocated(c.dra)
+func (c *Counter) allocated(cs fwk.CycleState) (sets.Set[structured.DeviceID], error) {
+	state, err := GatherAllocated(cs, c.dra)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +216,34 @@ func (c *Counter) allocated() (sets.Set[structured.DeviceID], error) {
 // allocations included, and what shared devices' claims consume. The
 // tracker answers with an error when claims change while it gathers
 // them; that is retried a few times.
-func GatherAllocated(dra fwk.SharedDRAManager) (*structured.AllocatedState, error) {
+//
+// Gathering copies the state of every allocated device in the cluster.
+// With a cycle state, the first Strata plugin to ask in a scheduling
+// cycle gathers and keeps the state there, and the cycle's later calls
+// read it: the cycle sees one state, as DynamicResources sees the one it
+// gathers at PreFilter. Callers must not change it.
+func GatherAllocated(cs fwk.CycleState, dra fwk.SharedDRAManager) (*structured.AllocatedState, error) {
+	if cs != nil {
+		if d, err := cs.Read(allocatedKey); err == nil {
+			return d.(allocatedData).state, nil
+		}
+	}
+	state, err := gatherAllocated(dra)
+	if err == nil && cs != nil {
+		cs.Write(allocatedKey, allocatedData{state})
+	}
+	return state, err
+}
+
+// allocatedKey is where a cycle's allocated state is kept.
+const allocatedKey fwk.StateKey = "strata.sh/allocated-devices"
+
+type allocatedData struct{ state *structured.AllocatedState }
+
+// Clone implements fwk.StateData; the state is read-only.
+func (a allocatedData) Clone() fwk.StateData { return a }
+
+func gatherAllocated(dra fwk.SharedDRAManager) (*structured.AllocatedState, error) {
 	err := errors.New("no state")
 	for range 5 {
 		state, gerr := dra.ResourceClaims().GatherAllocatedState()
