@@ -10,6 +10,9 @@
 //     leave: none when one claim holds it whole; for shared GPUs the less
 //     of cores and memory left (consumable capacity "cores", percent, and
 //     "memory", bytes, as the nvidia.strata.sh plugin publishes them).
+//     A GPU that draws on a counter set with an allocated device (its
+//     MIG instances, under the plugin's dynamic MIG mode) has no free
+//     share: the allocator gives out neither the GPU nor a share of it.
 //   - The pod: its CPU and memory requests, and what its claims ask of
 //     those classes (a request's count; a share from its "cores"
 //     capacity request, or the first alternative's of a firstAvailable
@@ -354,10 +357,18 @@ func modelOf(d *resourceapi.Device) string {
 	return ""
 }
 
-// freeShare is what a GPU's claims leave of it, in milli.
+// freeShare is what a GPU's claims leave of it, in milli. A GPU that
+// shares counters with an allocated device (one of its MIG instances) is
+// not free at all: the allocator gives out neither the whole GPU nor a
+// share of it then.
 func freeShare(d devicecount.NodeDevice, alloc *structured.AllocatedState) int32 {
 	if alloc.AllocatedDevices.Has(d.ID) {
 		return 0
+	}
+	for _, id := range d.Sharing {
+		if _, shared := alloc.AggregatedCapacity[id]; shared || alloc.AllocatedDevices.Has(id) {
+			return 0
+		}
 	}
 	used, ok := alloc.AggregatedCapacity[d.ID]
 	if !ok {

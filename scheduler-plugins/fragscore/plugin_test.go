@@ -2,9 +2,11 @@ package fragscore
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -172,5 +174,46 @@ func TestSignPod(t *testing.T) {
 	_, gpuPod := claimFor("one", 1, "1")
 	if _, st := p.SignPod(t.Context(), gpuPod); st.IsSuccess() {
 		t.Error("a pod with a claim was signed")
+	}
+}
+
+// A GPU one of whose MIG placements is allocated is not free for whole
+// GPUs or shares; its sibling, whose placements are idle, is.
+func TestMIGInstanceHoldsItsGPU(t *testing.T) {
+	ctx := context.Background()
+	slice := dct.GPUSlice("n", 2)
+	for g := range 2 {
+		set := fmt.Sprintf("gpu-%d-counters", g)
+		slice.Spec.Devices[g].ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: set, Counters: map[string]resourceapi.Counter{
+			"memory-slice-0": {Value: resource.MustParse("1")}, "memory-slice-1": {Value: resource.MustParse("1")},
+		}}}
+		slice.Spec.Devices = append(slice.Spec.Devices, resourceapi.Device{
+			Name:       fmt.Sprintf("gpu-%d-mig-1g-0", g),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": {StringValue: ptr.To("mig")}},
+			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: set, Counters: map[string]resourceapi.Counter{
+				"memory-slice-0": {Value: resource.MustParse("1")},
+			}}},
+		})
+	}
+	mig := testutil.MakeClaimSpec().Request("mig", "nvidia-mig.strata.sh", 1).Claim("default", "mig")
+	mig.UID = "uid-mig"
+	mig.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+		Request: "mig", Driver: dct.GPUDriver, Pool: "n", Device: "gpu-0-mig-1g-0",
+	}}}}
+	// The chart's class selects whole GPUs, not MIG instances.
+	class := gpuClass()
+	class.Spec.Selectors[0].CEL.Expression = `device.attributes["nvidia.strata.sh"].type == "gpu"`
+	m := dct.DRAManager(ctx, t, class, slice, mig)
+	c := newCounter(m)
+	devs, err := c.Devices(ctx, classesOf([]*resourceapi.DeviceClass{class}), gpus, nodeInfos("n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc, err := c.AllocatedState(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := nodeView(nodeInfos("n")[0], devs["n"], alloc); !cmp.Equal(n.GPUs, []int32{0, fragment.Whole}) {
+		t.Errorf("free GPUs %v, want [0 %d]: GPU 0 holds an allocated MIG instance", n.GPUs, fragment.Whole)
 	}
 }

@@ -3,6 +3,7 @@ package devicecount
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -15,6 +16,10 @@ import (
 type NodeDevice struct {
 	ID     structured.DeviceID
 	Device *resourceapi.Device
+	// Sharing are the other devices of its pool that draw on a counter
+	// set it draws on (a GPU's MIG placements): while one of them is
+	// allocated, the allocator does not give out this device.
+	Sharing []structured.DeviceID
 }
 
 // Devices returns, per node, the devices of the node's own ResourceSlices
@@ -38,14 +43,40 @@ func (c *Counter) Devices(ctx context.Context, classes Classes, name corev1.Reso
 	key := classes.key(name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var consumers map[pool]map[string][]structured.DeviceID
 	for _, slice := range list {
 		node := ptr.Deref(slice.Spec.NodeName, "")
 		if !want[node] || newest.Stale(slice) {
 			continue
 		}
 		sel := c.selection(ctx, slice, name, classes[name], key)
+		for set, ids := range sel.consumers {
+			if consumers == nil {
+				consumers = map[pool]map[string][]structured.DeviceID{}
+			}
+			p := poolOf(slice)
+			if consumers[p] == nil {
+				consumers[p] = map[string][]structured.DeviceID{}
+			}
+			consumers[p][set] = append(consumers[p][set], ids...)
+		}
 		for j, d := range sel.devices {
 			out[node] = append(out[node], NodeDevice{ID: sel.ids[j], Device: &slice.Spec.Devices[d]})
+		}
+	}
+	if consumers == nil {
+		return out, nil
+	}
+	for _, devs := range out {
+		for i := range devs {
+			d := &devs[i]
+			for _, cc := range d.Device.ConsumesCounters {
+				for _, id := range consumers[pool{d.ID.Driver.String(), d.ID.Pool.String()}][cc.CounterSet] {
+					if id != d.ID && !slices.Contains(d.Sharing, id) {
+						d.Sharing = append(d.Sharing, id)
+					}
+				}
+			}
 		}
 	}
 	return out, nil

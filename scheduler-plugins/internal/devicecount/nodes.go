@@ -137,11 +137,13 @@ type selectionKey struct {
 }
 
 // selection is which devices of one slice version the classes of a name
-// select: indexes into spec.devices, and their IDs.
+// select: indexes into spec.devices, and their IDs; and, by counter set,
+// the slice's devices that draw on it.
 type selection struct {
 	resourceVersion, classes string
 	devices                  []int
 	ids                      []structured.DeviceID
+	consumers                map[string][]structured.DeviceID
 }
 
 // selection returns the cached selection, or evaluates the classes'
@@ -155,6 +157,12 @@ func (c *Counter) selection(ctx context.Context, slice *resourceapi.ResourceSlic
 	s := selection{resourceVersion: slice.ResourceVersion, classes: classesKey}
 	for i := range slice.Spec.Devices {
 		d := &slice.Spec.Devices[i]
+		for _, cc := range d.ConsumesCounters {
+			if s.consumers == nil {
+				s.consumers = map[string][]structured.DeviceID{}
+			}
+			s.consumers[cc.CounterSet] = append(s.consumers[cc.CounterSet], structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, d.Name))
+		}
 		for _, class := range classes {
 			if c.matches(ctx, class, slice.Spec.Driver, d) {
 				s.devices = append(s.devices, i)
