@@ -63,10 +63,12 @@ bench-sim:
 ## and with Strata's shipped one in the same invocation, PERF_COUNT runs
 ## each; prints the table of docs/benchmarks.md. PERF_WORKLOADS picks the
 ## workloads (a regular expression on <test case>/<workload>); bench-full
-## runs every workload labelled performance of every suite (hours). The harness starts etcd from PATH: bin/etcd, the
+## runs every workload labelled performance of every suite (hours).
+## Strata's own workloads are in tests/perf/testdata/strata. The harness
+## starts etcd from PATH: bin/etcd, the
 ## version Kubernetes 1.37.2 pins, is built first.
-PERF_SUITES ?= upstream/dra,upstream/podgroup,upstream/workload_preemption
-PERF_WORKLOADS ?= SchedulingWithResourceClaimTemplate/2000pods_200nodes|(Partitionable|ConsumableCapacity)/empty_100nodes|ExtendedResource/Explicit_25classes_2000pods_200nodes|(GangScheduling|TopologyAwareScheduling)/100Nodes_10Gangs|GangPreemption(Basic|PodGroups)/100Nodes_1PreemptorGang_.*
+PERF_SUITES ?= upstream/dra,upstream/podgroup,upstream/workload_preemption,strata
+PERF_WORKLOADS ?= SchedulingWithResourceClaimTemplate/2000pods_200nodes|(Partitionable|ConsumableCapacity)/empty_100nodes|ExtendedResource/Explicit_25classes_2000pods_200nodes|(GangScheduling|TopologyAwareScheduling)/100Nodes_10Gangs|GangPreemption(Basic|PodGroups)/100Nodes_1PreemptorGang_.*|Strata.*/(128|64)nodes_.*
 PERF_COUNT ?= 5
 PERF_OUT ?= out/perf
 PERF_LABELS ?=

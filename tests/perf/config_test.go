@@ -102,7 +102,7 @@ func writeStrataSchedulerConfig(dir string) (string, error) {
 // scheduler configuration. Workloads and templates are not touched; only
 // the workloads whose <test case>/<workload> pick matches are kept. A
 // test case that brings its own scheduler configuration (a scoring
-// setup) runs plain only. Both collect the harness's default metrics,
+// setup) runs plain only, one labelled strata-only Strata only. Both collect the harness's default metrics,
 // with Strata's plugins added to the per-plugin ones. It returns how many
 // workloads the file holds.
 func writePairedConfig(src, dst, strataConfig string, pick *regexp.Regexp) (int, error) {
@@ -131,10 +131,12 @@ func writePairedConfig(src, dst, strataConfig string, pick *regexp.Regexp) (int,
 		if _, ok := tc["metricsCollectorConfig"]; !ok {
 			tc["metricsCollectorConfig"] = defaultMetrics()
 		}
-		plain := clone(tc)
-		plain["name"] = fmt.Sprint(tc["name"]) + plainSuffix
-		out = append(out, plain)
-		count += len(kept)
+		if !hasLabel(tc, strataOnlyLabel) {
+			plain := clone(tc)
+			plain["name"] = fmt.Sprint(tc["name"]) + plainSuffix
+			out = append(out, plain)
+			count += len(kept)
+		}
 		if _, own := tc["schedulerConfigPath"]; own {
 			continue
 		}
@@ -152,6 +154,16 @@ func writePairedConfig(src, dst, strataConfig string, pick *regexp.Regexp) (int,
 		return 0, err
 	}
 	return count, os.WriteFile(dst, b, 0o644)
+}
+
+// strataOnlyLabel marks Strata's test cases that use its CRDs, which
+// the plain profile's cluster does not have: they run with Strata's
+// profile only.
+const strataOnlyLabel = "strata-only"
+
+func hasLabel(tc map[string]any, label string) bool {
+	labels, _ := tc["labels"].([]any)
+	return slices.Contains(labels, any(label))
 }
 
 // clone deep-copies a decoded YAML value through YAML.
@@ -227,5 +239,49 @@ func TestUpstreamFilesUnchanged(t *testing.T) {
 	}
 	if n < 40 {
 		t.Errorf("only %d upstream files compared", n)
+	}
+}
+
+// A test case is written as <name>_plain and <name>_strata; one labelled
+// strata-only as <name>_strata alone; only picked workloads are kept.
+func TestWritePairedConfig(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "in.yaml")
+	in := `- name: Both
+  workloadTemplate: []
+  workloads:
+  - name: small
+  - name: big
+- name: Own
+  labels: [strata-only]
+  workloadTemplate: []
+  workloads:
+  - name: small
+`
+	if err := os.WriteFile(src, []byte(in), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "out.yaml")
+	n, err := writePairedConfig(src, dst, "strata.yaml", regexp.MustCompile("^(?:.*/small)$"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []map[string]any
+	if err := yaml.Unmarshal(raw, &cases); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tc := range cases {
+		names = append(names, fmt.Sprint(tc["name"]))
+		if ws := tc["workloads"].([]any); len(ws) != 1 {
+			t.Errorf("%s: %d workloads, want the small one", tc["name"], len(ws))
+		}
+	}
+	if want := []string{"Both_plain", "Both_strata", "Own_strata"}; n != 3 || !slices.Equal(names, want) {
+		t.Errorf("wrote %d workloads in %v, want 3 in %v", n, names, want)
 	}
 }

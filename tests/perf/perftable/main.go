@@ -149,9 +149,10 @@ func write(w io.Writer, r runs) {
 	fmt.Fprintln(tw, "workload\truns\tplain pods/s\tstrata pods/s\tstrata÷plain\tplain p50/p90/p99\tstrata p50/p90/p99\tplain attempt p50/p99 ms\tstrata attempt p50/p99 ms\t")
 	for _, wl := range workloads {
 		plain, strata := r[wl]["plain"], r[wl]["strata"]
+		// Runs of both profiles; a strata-only workload has no plain runs.
 		n := runCount(plain)
-		if strata != nil {
-			n = min(n, runCount(strata))
+		if strata != nil && (plain == nil || runCount(strata) < n) {
+			n = runCount(strata)
 		}
 		pm, ps := median(plain["pods/s avg"])
 		sm, ss := median(strata["pods/s avg"])

@@ -32,6 +32,12 @@ func TestTablePairsProfilesByWorkload(t *testing.T) {
 		append(item("plain", 44, 10, 0), item("strata", 42, 11, 0.4)...),
 		append(item("plain", 36, 10, 0), item("strata", 40, 11, 0.3)...),
 	}
+	// A strata-only workload, in two of the runs.
+	for i := range 2 {
+		name := "BenchmarkPerfScheduling/strata/StrataDRAGangs_strata/128nodes_48gangs"
+		runs[i] = append(runs[i], dataItem{Data: map[string]float64{"Perc50": 30, "Perc99": 60}, Unit: "ms",
+			Labels: map[string]string{"Metric": "scheduler_scheduling_attempt_duration_seconds", "Name": name, "result": "scheduled"}})
+	}
 	for i, r := range runs {
 		raw, err := json.Marshal(map[string]any{"dataItems": r, "version": "v1"})
 		if err != nil {
@@ -58,6 +64,18 @@ func TestTablePairsProfilesByWorkload(t *testing.T) {
 	for _, want := range []string{" 3 ", "40.0 ±10%", "40.0 ±5%", "1.00", "10.0/20.0", "11.0/22.0"} {
 		if !strings.Contains(row, want) {
 			t.Errorf("row %q lacks %q\n%s", row, want, out.String())
+		}
+	}
+	var own string
+	for _, l := range lines {
+		if strings.Contains(l, "StrataDRAGangs/128nodes_48gangs") {
+			own = l
+			break
+		}
+	}
+	for _, want := range []string{" 2 ", "30.0/60.0"} {
+		if !strings.Contains(own, want) {
+			t.Errorf("strata-only row %q lacks %q\n%s", own, want, out.String())
 		}
 	}
 	if !strings.Contains(out.String(), "StrataDeviceFit PreFilter") || !strings.Contains(out.String(), "0.3000") {
