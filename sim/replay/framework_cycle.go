@@ -51,8 +51,8 @@ func (s *scheduler) schedule(ctx context.Context, pod *corev1.Pod) (node string,
 // kube-scheduler's adaptive share when unset or 0). kube-scheduler stops
 // the parallel search as soon as enough nodes pass, so which nodes those
 // are depends on goroutine timing; the replay searches in chunks of
-// nodes, each in parallel, and keeps the first nodes to pass in search
-// order, so that a seed repeats.
+// nodes (as many as are still wanted), each in parallel, and keeps the
+// first nodes to pass in search order, so that a seed repeats.
 func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod) ([]fwk.NodeInfo, error) {
 	all, err := s.snapshot.NodeInfos().List()
 	if err != nil {
@@ -81,15 +81,12 @@ func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *corev
 	if !s.fw.HasScorePlugins() {
 		want = 1 // as kube-scheduler: nothing to choose between
 	}
-	chunk := len(nodes)
-	if want < len(nodes) {
-		chunk = filterChunk
-	}
 	fits := make([]bool, len(nodes))
 	var out []fwk.NodeInfo
 	searched := 0
 	for searched < len(nodes) && len(out) < want {
-		end := min(searched+chunk, len(nodes))
+		// As many nodes as are still wanted, should they all pass.
+		end := min(searched+max(want-len(out), minFilterChunk), len(nodes))
 		var firstErr atomic.Pointer[fwk.Status]
 		s.fw.Parallelizer().Until(ctx, end-searched, func(i int) {
 			n := nodes[(s.nextStart+searched+i)%len(nodes)]
@@ -115,9 +112,9 @@ func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *corev
 	return out, nil
 }
 
-// filterChunk is how many nodes the replay filters at a time when it
-// needs only some of them to pass.
-const filterChunk = 64
+// minFilterChunk is the fewest nodes the replay filters at a time, so
+// that the parallel search keeps its workers busy.
+const minFilterChunk = 16
 
 // nodesToFind is kube-scheduler's numFeasibleNodesToFind: how many
 // feasible nodes it looks for among n before it stops searching, for a
