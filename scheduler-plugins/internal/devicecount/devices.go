@@ -3,7 +3,6 @@ package devicecount
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -18,7 +17,8 @@ type NodeDevice struct {
 	Device *resourceapi.Device
 	// Sharing are the other devices of its pool that draw on a counter
 	// set it draws on (a GPU's MIG placements): while one of them is
-	// allocated, the allocator does not give out this device.
+	// allocated, the allocator does not give out this device. A device
+	// may be listed more than once.
 	Sharing []structured.DeviceID
 }
 
@@ -64,22 +64,29 @@ func (c *Counter) Devices(ctx context.Context, classes Classes, name corev1.Reso
 			out[node] = append(out[node], NodeDevice{ID: sel.ids[j], Device: &slice.Spec.Devices[d]})
 		}
 	}
-	if consumers == nil {
-		return out, nil
+	if consumers != nil {
+		for _, devs := range out {
+			linkSharing(devs, consumers)
+		}
 	}
-	for _, devs := range out {
-		for i := range devs {
-			d := &devs[i]
-			for _, cc := range d.Device.ConsumesCounters {
-				for _, id := range consumers[pool{d.ID.Driver.String(), d.ID.Pool.String()}][cc.CounterSet] {
-					if id != d.ID && !slices.Contains(d.Sharing, id) {
-						d.Sharing = append(d.Sharing, id)
-					}
+	return out, nil
+}
+
+// linkSharing lists, for each device that draws on counter sets, the
+// other devices of its pool that draw on them. A device drawing on two
+// sets with a common consumer lists it twice, which its readers do not
+// mind.
+func linkSharing(devs []NodeDevice, consumers map[pool]map[string][]structured.DeviceID) {
+	for i := range devs {
+		d := &devs[i]
+		for _, cc := range d.Device.ConsumesCounters {
+			for _, id := range consumers[pool{d.ID.Driver.String(), d.ID.Pool.String()}][cc.CounterSet] {
+				if id != d.ID {
+					d.Sharing = append(d.Sharing, id)
 				}
 			}
 		}
 	}
-	return out, nil
 }
 
 // AllocatedState returns the devices allocated to any claim and what
