@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -482,16 +483,28 @@ func lastWarnings(events []corev1.Event) map[types.UID]corev1.Event {
 	return lastEvents(kept)
 }
 
-// lastEvents returns the newest event of every object.
+// lastEvents returns the newest event of every object. Event timestamps
+// have a resolution of one second; of two events in the same second, the
+// one the API server wrote last (the higher resourceVersion) is newer.
 func lastEvents(events []corev1.Event) map[types.UID]corev1.Event {
 	out := map[types.UID]corev1.Event{}
 	for _, ev := range events {
 		uid := ev.InvolvedObject.UID
-		if old, ok := out[uid]; !ok || eventTime(ev).After(eventTime(old).Time) {
+		if old, ok := out[uid]; !ok || newer(ev, old) {
 			out[uid] = ev
 		}
 	}
 	return out
+}
+
+func newer(a, b corev1.Event) bool {
+	ta, tb := eventTime(a), eventTime(b)
+	if !ta.Equal(&tb) {
+		return ta.After(tb.Time)
+	}
+	ra, errA := strconv.ParseUint(a.ResourceVersion, 10, 64)
+	rb, errB := strconv.ParseUint(b.ResourceVersion, 10, 64)
+	return errA == nil && errB == nil && ra > rb
 }
 
 func eventTime(ev corev1.Event) metav1.Time {

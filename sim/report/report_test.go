@@ -3,9 +3,12 @@ package report
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestWriteTable(t *testing.T) {
@@ -79,5 +82,22 @@ func TestMatchedAttributes(t *testing.T) {
 	}
 	if line := "rdma.strata.sh/n-0/nic-a, nvidia.strata.sh/n-0/gpu-0 (topology.strata.sh/pcieSwitch=0000:17:00.0)"; !bytes.Contains(out.Bytes(), []byte(line)) {
 		t.Errorf("table does not show the matched switch:\n%s", out.String())
+	}
+}
+
+// Of two events in the same second, the one written last is the newest,
+// whatever order the list gives them in.
+func TestLastEventsBreaksTiesByResourceVersion(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	ev := func(reason, rv string) corev1.Event {
+		return corev1.Event{ObjectMeta: metav1.ObjectMeta{ResourceVersion: rv}, InvolvedObject: corev1.ObjectReference{UID: "pod"}, Reason: reason, LastTimestamp: at}
+	}
+	for _, order := range [][]corev1.Event{
+		{ev("FailedResourceClaimCreation", "10"), ev("FailedPrepareDynamicResources", "12")},
+		{ev("FailedPrepareDynamicResources", "12"), ev("FailedResourceClaimCreation", "10")},
+	} {
+		if got := lastEvents(order)["pod"].Reason; got != "FailedPrepareDynamicResources" {
+			t.Errorf("newest of %s/%s: %s, want FailedPrepareDynamicResources", order[0].Reason, order[1].Reason, got)
+		}
 	}
 }
