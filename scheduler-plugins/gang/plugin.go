@@ -110,6 +110,7 @@ var cores sync.Map // informers.SharedInformerFactory -> *Plugin
 // profile of the same scheduler. The scheduler's feature gates come in
 // fts (runtime.FactoryAdapter makes it a plugin factory).
 func New(ctx context.Context, _ runtime.Object, h fwk.Handle, fts feature.Features) (fwk.Plugin, error) {
+	registerPreemptionMetrics()
 	if existing, ok := cores.Load(h.SharedInformerFactory()); ok {
 		existing.(*Plugin).profiles.add(h)
 		return existing.(*Plugin), nil
@@ -429,7 +430,7 @@ func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // Filter implements fwk.FilterPlugin: a gang member goes only where its
 // plan has room left for its shape; any other pod stays off nodes whose
-// freed room is nominated to a gang of higher priority.
+// freed room is nominated to another gang of the same or higher priority.
 func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
 	if isProbe(state) {
 		return nil
@@ -500,7 +501,9 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 	// UnschedulableAndUnresolvable from preempt also keeps the scheduler's
 	// pod-by-pod preemption from evicting for a single member.
 	why := p.lastFailure(g.key).msg
+	start := time.Now()
 	res, st := p.preempt(ctx, pod, g)
+	observePreemption(start, st)
 	if st.IsSuccess() {
 		return res, st
 	}

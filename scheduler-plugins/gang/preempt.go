@@ -183,6 +183,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 			victims = append(victims, v)
 		}
 	}
+	observeVictims(len(nom.victims), len(set))
 	p.mu.Lock()
 	p.nominations[g.key] = nom
 	p.mu.Unlock()
@@ -515,15 +516,19 @@ func onlyReservedFor(c *resourceapi.ResourceClaim, victims map[types.UID]types.N
 	return true
 }
 
-// reservedNodes lists the nodes whose freed room is nominated to gangs of
-// higher priority than prio (other than gang): a plan must not count it.
+// reservedNodes lists the nodes whose freed room is nominated to other
+// gangs of the same or higher priority than prio: a plan must not count
+// it. Equal priority counts, as kube-scheduler counts nominated pods of
+// equal priority against a pod: otherwise two gangs of one priority
+// that preempt at the same time evict for the same room, and the one
+// that loses the race waits out nominationTTL.
 func (p *Plugin) reservedNodes(prio int32, gang string) sets.Set[string] {
 	p.rebuildNominations()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := sets.New[string]()
 	for key, nom := range p.nominations {
-		if key == gang || nom.priority <= prio || time.Since(nom.at) > nominationTTL {
+		if key == gang || nom.priority < prio || time.Since(nom.at) > nominationTTL {
 			continue
 		}
 		for n, c := range nom.nodes {
@@ -575,14 +580,14 @@ func (p *Plugin) rebuildNominations() {
 	})
 }
 
-// reservedFor tells whether a node holds room nominated to a gang of
-// higher priority than prio, and which gang.
+// reservedFor tells whether a node holds room nominated to another gang
+// of the same or higher priority than prio, and which gang.
 func (p *Plugin) reservedFor(node string, prio int32, gang string) string {
 	p.rebuildNominations()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for key, nom := range p.nominations {
-		if key == gang || nom.priority <= prio || time.Since(nom.at) > nominationTTL {
+		if key == gang || nom.priority < prio || time.Since(nom.at) > nominationTTL {
 			continue
 		}
 		if nom.nodes[node] > 0 {

@@ -2,8 +2,10 @@ package gang
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
@@ -69,6 +71,46 @@ func TestAfterPreFilter(t *testing.T) {
 		st := afterPreFilter(fwk.NewStatus(fwk.UnschedulableAndUnresolvable, tc.msg), why)
 		if st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != tc.want {
 			t.Errorf("afterPreFilter(%q) = %v %q, want %q", tc.msg, st.Code(), st.Message(), tc.want)
+		}
+	}
+}
+
+// Room nominated to a gang is reserved against other gangs and pods of
+// the same or lower priority (as kube-scheduler counts nominated pods of
+// equal priority), not against higher priorities or the gang itself, and
+// not after nominationTTL. Without equal priority, two gangs of one
+// priority that preempt at once evict for the same room, and the one
+// that loses the race backs off for the TTL.
+func TestNominatedRoomReservedAgainstEqualPriority(t *testing.T) {
+	p := &Plugin{nominations: map[string]*nomination{}}
+	p.rebuild.Do(func() {}) // nothing to restore
+	nom := newNomination(1000)
+	nom.nodes["cpu-0"] = 2
+	p.nominations["default/hp"] = nom
+	stale := newNomination(1000)
+	stale.nodes["cpu-1"] = 1
+	stale.at = time.Now().Add(-nominationTTL - time.Second)
+	p.nominations["default/old"] = stale
+	for _, tc := range []struct {
+		prio int32
+		gang string
+		want string
+	}{
+		{999, "", "default/hp"},
+		{1000, "", "default/hp"},
+		{1000, "default/other", "default/hp"},
+		{1001, "default/other", ""},
+		{1000, "default/hp", ""},
+	} {
+		if got := p.reservedFor("cpu-0", tc.prio, tc.gang); got != tc.want {
+			t.Errorf("reservedFor(cpu-0, priority %d, gang %q) = %q, want %q", tc.prio, tc.gang, got, tc.want)
+		}
+		if got := p.reservedFor("cpu-1", tc.prio, tc.gang); got != "" {
+			t.Errorf("reservedFor(cpu-1, priority %d) = %q after the TTL, want none", tc.prio, got)
+		}
+		got := p.reservedNodes(tc.prio, tc.gang)
+		if want := tc.want != ""; got.Has("cpu-0") != want || got.Has("cpu-1") {
+			t.Errorf("reservedNodes(priority %d, gang %q) = %v, want cpu-0: %v", tc.prio, tc.gang, sets.List(got), want)
 		}
 	}
 }
