@@ -60,8 +60,10 @@ bench-sim:
 ## bench: upstream Kubernetes' scheduler benchmarks (scheduler_perf,
 ## v1.37.2, its workload files unchanged in tests/perf/testdata/upstream)
 ## and Strata's own, each test case with the plain kube-scheduler profile
-## and with Strata's shipped one in the same invocation, PERF_COUNT runs
-## each; prints the table of docs/benchmarks.md. PERF_WORKLOADS picks the
+## and with Strata's shipped one in the same invocation, PERF_COUNT rounds
+## (each round runs every workload once, plain then Strata in odd rounds
+## and Strata then plain in even ones, so that drift over the run favours
+## neither); prints the table of docs/benchmarks.md. PERF_WORKLOADS picks the
 ## workloads (a regular expression on <test case>/<workload>); bench-full
 ## runs every workload labelled performance of every suite (hours).
 ## Strata's own workloads are in tests/perf/testdata/strata. The harness
@@ -77,10 +79,14 @@ bench:
 	$(GO) build -tags perf -o bin/etcd ./tests/perf/etcd
 	$(GO) test -c -tags perf -o bin/perf.test ./tests/perf
 	rm -rf $(PERF_OUT) && mkdir -p $(PERF_OUT)
-	cd tests/perf && PATH=$(CURDIR)/bin:$$PATH ../../bin/perf.test -test.run '^$$' -test.bench BenchmarkPerfScheduling \
-		-test.benchtime 1x -test.count $(PERF_COUNT) -test.timeout 0 -perf-scheduling-label-filter='$(PERF_LABELS)' \
-		-data-items-dir $(abspath $(PERF_OUT)) -strata-suites $(PERF_SUITES) -strata-workloads '$(PERF_WORKLOADS)' > $(abspath $(PERF_OUT))/bench.log 2>&1 \
-		|| { grep -E -- '--- FAIL|FAIL|Error running' $(abspath $(PERF_OUT))/bench.log | head -20; exit 1; }
+	cd tests/perf && for round in $$(seq $(PERF_COUNT)); do \
+		log=$(abspath $(PERF_OUT))/bench-$$round.log; \
+		PATH=$(CURDIR)/bin:$$PATH ../../bin/perf.test -test.run '^$$' -test.bench BenchmarkPerfScheduling \
+			-test.benchtime 1x -test.count 1 -test.timeout 0 -perf-scheduling-label-filter='$(PERF_LABELS)' \
+			-data-items-dir $(abspath $(PERF_OUT)) -strata-suites $(PERF_SUITES) -strata-workloads '$(PERF_WORKLOADS)' \
+			-strata-first=$$([ $$((round % 2)) = 0 ] && echo true || echo false) > $$log 2>&1 \
+			|| { grep -E -- '--- FAIL|FAIL|Error running' $$log | head -20; exit 1; }; \
+	done
 	$(GO) run ./tests/perf/perftable $(PERF_OUT) | tee $(PERF_OUT)/table.txt
 
 bench-full:

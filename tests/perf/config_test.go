@@ -102,10 +102,13 @@ func writeStrataSchedulerConfig(dir string) (string, error) {
 // scheduler configuration. Workloads and templates are not touched; only
 // the workloads whose <test case>/<workload> pick matches are kept. A
 // test case that brings its own scheduler configuration (a scoring
-// setup) runs plain only, one labelled strata-only Strata only. Both collect the harness's default metrics,
-// with Strata's plugins added to the per-plugin ones. It returns how many
-// workloads the file holds.
-func writePairedConfig(src, dst, strataConfig string, pick *regexp.Regexp) (int, error) {
+// setup) runs plain only, one labelled strata-only Strata only. Both
+// collect the harness's default metrics, with Strata's plugins added to
+// the per-plugin ones. The plain run comes first, or the Strata run with
+// strataFirst (make bench alternates the order from round to round, so
+// that drift over a long run does not favour either). It returns how
+// many workloads the file holds.
+func writePairedConfig(src, dst, strataConfig string, pick *regexp.Regexp, strataFirst bool) (int, error) {
 	raw, err := os.ReadFile(src)
 	if err != nil {
 		return 0, err
@@ -131,20 +134,23 @@ func writePairedConfig(src, dst, strataConfig string, pick *regexp.Regexp) (int,
 		if _, ok := tc["metricsCollectorConfig"]; !ok {
 			tc["metricsCollectorConfig"] = defaultMetrics()
 		}
+		var pair []map[string]any
 		if !hasLabel(tc, strataOnlyLabel) {
 			plain := clone(tc)
 			plain["name"] = fmt.Sprint(tc["name"]) + plainSuffix
-			out = append(out, plain)
-			count += len(kept)
+			pair = append(pair, plain)
 		}
-		if _, own := tc["schedulerConfigPath"]; own {
-			continue
+		if _, own := tc["schedulerConfigPath"]; !own {
+			strata := clone(tc)
+			strata["name"] = fmt.Sprint(tc["name"]) + strataSuffix
+			strata["schedulerConfigPath"] = strataConfig
+			pair = append(pair, strata)
 		}
-		strata := clone(tc)
-		strata["name"] = fmt.Sprint(tc["name"]) + strataSuffix
-		strata["schedulerConfigPath"] = strataConfig
-		out = append(out, strata)
-		count += len(kept)
+		if strataFirst {
+			slices.Reverse(pair)
+		}
+		out = append(out, pair...)
+		count += len(pair) * len(kept)
 	}
 	if count == 0 {
 		return 0, nil
@@ -203,6 +209,14 @@ func defaultMetrics() map[string]any {
 			{"label": "result", "values": []string{metrics.WaitingOnPreemptionResult, metrics.ScheduledResult, metrics.UnschedulableResult, metrics.ErrorResult}},
 		},
 		"scheduler_podgroup_scheduling_algorithm_duration_seconds": nil,
+		// Preemption: how long deciding took and what it evicted, pod by
+		// pod (DefaultPreemption) and for whole pod groups (in-tree
+		// workload preemption, or StrataGang's job-level preemption, which
+		// records the same metrics).
+		"scheduler_preemption_evaluation_duration_seconds": []lv{{"label": "preemptor", "values": []string{"pod", "podgroup"}}},
+		"scheduler_preemption_victims":                     nil,
+		"scheduler_workload_preemption_victims":            nil,
+		"scheduler_preemption_workload_disruptions":        []lv{{"label": "preemptor", "values": []string{"podgroup"}}},
 	}}
 }
 
@@ -261,27 +275,32 @@ func TestWritePairedConfig(t *testing.T) {
 	if err := os.WriteFile(src, []byte(in), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dst := filepath.Join(dir, "out.yaml")
-	n, err := writePairedConfig(src, dst, "strata.yaml", regexp.MustCompile("^(?:.*/small)$"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases []map[string]any
-	if err := yaml.Unmarshal(raw, &cases); err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tc := range cases {
-		names = append(names, fmt.Sprint(tc["name"]))
-		if ws := tc["workloads"].([]any); len(ws) != 1 {
-			t.Errorf("%s: %d workloads, want the small one", tc["name"], len(ws))
+	for strataFirst, want := range map[bool][]string{
+		false: {"Both_plain", "Both_strata", "Own_strata"},
+		true:  {"Both_strata", "Both_plain", "Own_strata"},
+	} {
+		dst := filepath.Join(dir, "out.yaml")
+		n, err := writePairedConfig(src, dst, "strata.yaml", regexp.MustCompile("^(?:.*/small)$"), strataFirst)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if want := []string{"Both_plain", "Both_strata", "Own_strata"}; n != 3 || !slices.Equal(names, want) {
-		t.Errorf("wrote %d workloads in %v, want 3 in %v", n, names, want)
+		raw, err := os.ReadFile(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cases []map[string]any
+		if err := yaml.Unmarshal(raw, &cases); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, tc := range cases {
+			names = append(names, fmt.Sprint(tc["name"]))
+			if ws := tc["workloads"].([]any); len(ws) != 1 {
+				t.Errorf("%s: %d workloads, want the small one", tc["name"], len(ws))
+			}
+		}
+		if n != 3 || !slices.Equal(names, want) {
+			t.Errorf("strataFirst %v: wrote %d workloads in %v, want 3 in %v", strataFirst, n, names, want)
+		}
 	}
 }

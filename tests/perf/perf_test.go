@@ -24,8 +24,9 @@ import (
 )
 
 var (
-	suites    = flag.String("strata-suites", "upstream/dra", "comma-separated folders under testdata whose performance-config.yaml files to run (each folder and the folders below it)")
-	workloads = flag.String("strata-workloads", "", "regular expression on <test case>/<workload> choosing the workloads to run (all when empty; the harness's label filter applies too)")
+	suites      = flag.String("strata-suites", "upstream/dra", "comma-separated folders under testdata whose performance-config.yaml files to run (each folder and the folders below it)")
+	workloads   = flag.String("strata-workloads", "", "regular expression on <test case>/<workload> choosing the workloads to run (all when empty; the harness's label filter applies too)")
+	strataFirst = flag.Bool("strata-first", false, "run each test case with Strata's profile before the plain one (make bench alternates the order by round)")
 )
 
 func TestMain(m *testing.M) {
@@ -62,7 +63,7 @@ func BenchmarkPerfScheduling(b *testing.B) {
 		rel, _ := filepath.Rel(filepath.Join(home, "testdata"), dir)
 		topic := strings.ReplaceAll(rel, string(filepath.Separator), "_")
 		paired := filepath.Join(b.TempDir(), topic+".yaml")
-		n, err := writePairedConfig(config, paired, strataConfig, pick)
+		n, err := writePairedConfig(config, paired, strataConfig, pick, *strataFirst)
 		if err != nil {
 			b.Fatal(err)
 		}

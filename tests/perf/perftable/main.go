@@ -114,6 +114,16 @@ func figures(it dataItem) map[string]float64 {
 			out["attempt ms p50"] = it.Data["Perc50"]
 			out["attempt ms p99"] = it.Data["Perc99"]
 		}
+	case "scheduler_preemption_evaluation_duration_seconds":
+		out["preempt "+it.Labels["preemptor"]+" decision ms p50"] = it.Data["Perc50"]
+		out["preempt "+it.Labels["preemptor"]+" decision ms p99"] = it.Data["Perc99"]
+	case "scheduler_preemption_victims":
+		// The harness scales every histogram to milliseconds.
+		out["preempt pod victims avg"] = it.Data["Average"] / 1000
+	case "scheduler_workload_preemption_victims":
+		out["preempt podgroup victims avg"] = it.Data["Average"] / 1000
+	case "scheduler_preemption_workload_disruptions":
+		out["preempt podgroup jobs avg"] = it.Data["Average"] / 1000
 	case "scheduler_plugin_execution_duration_seconds":
 		if slices.Contains(strataPlugins, it.Labels["plugin"]) {
 			out["plugin "+it.Labels["plugin"]+" "+it.Labels["extension_point"]+" ms avg"] = it.Data["Average"]
@@ -167,6 +177,8 @@ func write(w io.Writer, r runs) {
 	}
 	tw.Flush()
 
+	writePreemption(w, r, workloads)
+
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "workload\tStrata plugin, extension point\tms per call (median)\t")
@@ -211,4 +223,48 @@ func triple(f map[string][]float64, keys ...string) string {
 		parts = append(parts, fmt.Sprintf("%.1f", m))
 	}
 	return strings.Join(parts, "/")
+}
+
+// writePreemption prints, for the workloads that preempted, each
+// profile's decisions side by side: for whole pod groups (in-tree
+// workload preemption or StrataGang) and pod by pod (DefaultPreemption),
+// the decision time and the victims per decision.
+func writePreemption(w io.Writer, r runs, workloads []string) {
+	var rows []string
+	for _, wl := range workloads {
+		for _, profile := range []string{"plain", "strata"} {
+			f := r[wl][profile]
+			for _, kind := range []string{"podgroup", "pod"} {
+				prefix := "preempt " + kind + " "
+				if len(f[prefix+"decision ms p50"]) == 0 {
+					continue
+				}
+				jobs := "-"
+				if kind == "podgroup" {
+					jobs = one(f, prefix+"jobs avg")
+				}
+				rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s\t%s\t", wl, profile, kind, len(f[prefix+"decision ms p50"]),
+					triple(f, prefix+"decision ms p50", prefix+"decision ms p99"), one(f, prefix+"victims avg"), jobs))
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload\tprofile\tpreemptor\truns\tdecision p50/p99 ms\tvictim pods per decision\tvictim jobs per decision\t")
+	for _, row := range rows {
+		fmt.Fprintln(tw, row)
+	}
+	tw.Flush()
+}
+
+// one is the median of a figure's runs with their spread, or "-".
+func one(f map[string][]float64, key string) string {
+	if len(f[key]) == 0 {
+		return "-"
+	}
+	m, s := median(f[key])
+	return fmt.Sprintf("%.1f ±%.0f%%", m, s)
 }

@@ -82,3 +82,52 @@ func TestTablePairsProfilesByWorkload(t *testing.T) {
 		t.Errorf("per-plugin table lacks StrataDeviceFit's median PreFilter time:\n%s", out.String())
 	}
 }
+
+// The preemption table puts each profile's decisions side by side, with
+// the victims the harness scaled to milliseconds scaled back to pods.
+func TestPreemptionTable(t *testing.T) {
+	dir := t.TempDir()
+	for i, victims := range []float64{100, 120, 110} {
+		var items []dataItem
+		for _, profile := range []string{"plain", "strata"} {
+			name := "BenchmarkPerfScheduling/upstream_workload_preemption/GangPreemptionBasic_" + profile + "/100Nodes_1PreemptorGang"
+			items = append(items,
+				dataItem{Data: map[string]float64{"Perc50": 40, "Perc99": 80}, Unit: "ms",
+					Labels: map[string]string{"Metric": "scheduler_preemption_evaluation_duration_seconds", "Name": name, "preemptor": "podgroup"}},
+				dataItem{Data: map[string]float64{"Average": victims * 1000}, Unit: "ms",
+					Labels: map[string]string{"Metric": "scheduler_workload_preemption_victims", "Name": name}},
+				dataItem{Data: map[string]float64{"Average": 5 * 1000}, Unit: "ms",
+					Labels: map[string]string{"Metric": "scheduler_preemption_workload_disruptions", "Name": name, "preemptor": "podgroup"}},
+			)
+		}
+		raw, err := json.Marshal(map[string]any{"dataItems": items})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "run"+string(rune('a'+i))+".json"), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	write(&out, r)
+	var rows []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.Contains(l, "GangPreemptionBasic") && strings.Contains(l, "podgroup") {
+			rows = append(rows, l)
+		}
+	}
+	if len(rows) != 2 {
+		t.Fatalf("want a podgroup preemption row per profile, got %q\n%s", rows, out.String())
+	}
+	for _, row := range rows {
+		for _, want := range []string{" 3 ", "40.0/80.0", "110.0 ±9%", "5.0 ±0%"} {
+			if !strings.Contains(row, want) {
+				t.Errorf("row %q lacks %q\n%s", row, want, out.String())
+			}
+		}
+	}
+}
