@@ -145,7 +145,11 @@ func (p *Plugin) forgetGang(key string) {
 // Unreserve implements fwk.ReservePlugin: a member failing before its
 // group was let go (rejected in Permit, timed out) releases the whole
 // group; one failing after (PreBind, Bind) is reported and retried alone.
-func (p *Plugin) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) {
+func (p *Plugin) Unreserve(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ string) {
+	if isUpstreamMember(state) {
+		// No plan, no Permit round: nothing to undo.
+		return
+	}
 	g := p.gangOf(pod)
 	if g == nil {
 		return

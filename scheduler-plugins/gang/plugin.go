@@ -384,7 +384,10 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 	}
 	if g.upstream {
 		// Placed by the scheduler's pod-group cycle, in the placements
-		// GeneratePlacements proposes.
+		// GeneratePlacements proposes. Filter, Reserve and Unreserve read
+		// the mark instead of looking the gang up again: the pod-group
+		// preemption runs them for every member once per candidate victim.
+		state.Write(upstreamStateKey, upstreamMember{})
 		return nil, nil
 	}
 	shape := shapeKey(pod)
@@ -425,6 +428,24 @@ type failFast struct{}
 
 func (failFast) Clone() fwk.StateData { return failFast{} }
 
+// upstreamStateKey marks a cycle of a member of an upstream workload-API
+// group, which StrataGang neither plans nor holds at Permit.
+const upstreamStateKey fwk.StateKey = Name + "/upstream"
+
+type upstreamMember struct{}
+
+func (upstreamMember) Clone() fwk.StateData { return upstreamMember{} }
+
+// isUpstreamMember reports whether PreFilter marked the cycle as an
+// upstream group member's.
+func isUpstreamMember(state fwk.CycleState) bool {
+	if state == nil {
+		return false
+	}
+	_, err := state.Read(upstreamStateKey)
+	return err == nil
+}
+
 // PreFilterExtensions implements fwk.PreFilterPlugin.
 func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
@@ -439,7 +460,7 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *corev1.Pod
 	if holder := p.reservedFor(ni.Node().Name, corev1helpers.PodPriority(pod), key); holder != "" {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node's freed room is reserved for gang %s", holder))
 	}
-	if key == "" {
+	if key == "" || isUpstreamMember(state) {
 		return nil
 	}
 	shape := shapeFromState(state, pod)
@@ -540,7 +561,7 @@ func afterPreFilter(st *fwk.Status, why string) *fwk.Status {
 // plan.
 func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Pod, node string) *fwk.Status {
 	key := gangKeyOf(pod)
-	if key == "" {
+	if key == "" || isUpstreamMember(state) {
 		return nil
 	}
 	shape := shapeFromState(state, pod)
