@@ -516,19 +516,25 @@ func onlyReservedFor(c *resourceapi.ResourceClaim, victims map[types.UID]types.N
 	return true
 }
 
+// reservesAgainst reports whether the nomination's room is kept from
+// other pods of priority prio: those of the same or lower priority, while
+// the nomination lives. Equal priority counts, as kube-scheduler counts
+// nominated pods of equal priority against a pod: otherwise two gangs of
+// one priority that preempt at the same time evict for the same room,
+// and the one that loses the race waits out nominationTTL.
+func (n *nomination) reservesAgainst(prio int32) bool {
+	return n.priority >= prio && time.Since(n.at) <= nominationTTL
+}
+
 // reservedNodes lists the nodes whose freed room is nominated to other
-// gangs of the same or higher priority than prio: a plan must not count
-// it. Equal priority counts, as kube-scheduler counts nominated pods of
-// equal priority against a pod: otherwise two gangs of one priority
-// that preempt at the same time evict for the same room, and the one
-// that loses the race waits out nominationTTL.
+// gangs and reserved against priority prio: a plan must not count it.
 func (p *Plugin) reservedNodes(prio int32, gang string) sets.Set[string] {
 	p.rebuildNominations()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := sets.New[string]()
 	for key, nom := range p.nominations {
-		if key == gang || nom.priority < prio || time.Since(nom.at) > nominationTTL {
+		if key == gang || !nom.reservesAgainst(prio) {
 			continue
 		}
 		for n, c := range nom.nodes {
@@ -581,13 +587,13 @@ func (p *Plugin) rebuildNominations() {
 }
 
 // reservedFor tells whether a node holds room nominated to another gang
-// of the same or higher priority than prio, and which gang.
+// and reserved against priority prio, and which gang.
 func (p *Plugin) reservedFor(node string, prio int32, gang string) string {
 	p.rebuildNominations()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for key, nom := range p.nominations {
-		if key == gang || nom.priority < prio || time.Since(nom.at) > nominationTTL {
+		if key == gang || !nom.reservesAgainst(prio) {
 			continue
 		}
 		if nom.nodes[node] > 0 {
