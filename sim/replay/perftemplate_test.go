@@ -25,31 +25,17 @@ import (
 // NVIDIA plugin's own for the preset, the GPU UUIDs aside: when the
 // plugin's output changes, the template must be written again.
 func TestPerfSliceTemplateIsThePluginsOutput(t *testing.T) {
-	raw, err := os.ReadFile("../../tests/perf/testdata/strata/templates/resourceslice-dgx-h100.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got resourceapi.ResourceSlice
-	if err := yaml.UnmarshalStrict([]byte(strings.ReplaceAll(string(raw), "{{.Index}}", "7")), &got); err != nil {
-		t.Fatal(err)
-	}
+	const path = "../../tests/perf/testdata/strata/templates/resourceslice-dgx-h100.yaml"
 	inv, err := discover(context.Background(), "nvidia-dgx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
-	published, err := plugin.ResourceSlices(nvidia.DriverName, "strata-gpu-7", inv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(published) != 1 {
-		t.Fatalf("the plugin publishes %d slices for the preset, the template has one", len(published))
-	}
-	want := published[0].Spec.DeepCopy()
+	want := onlySlice(t, nvidia.DriverName, inv).Spec.DeepCopy()
 	for i := range want.Devices {
 		want.Devices[i].Attributes["uuid"] = resourceapi.DeviceAttribute{StringValue: ptr.To(fmt.Sprintf("GPU-7-%d", i))}
 	}
-	if diff := cmp.Diff(*want, got.Spec); diff != "" {
-		t.Errorf("tests/perf/testdata/strata/templates/resourceslice-dgx-h100.yaml differs from what the plugin publishes (-plugin +template):\n%s", diff)
+	if diff := cmp.Diff(*want, templateSlice(t, path).Spec); diff != "" {
+		t.Errorf("%s differs from what the plugin publishes (-plugin +template):\n%s", path, diff)
 	}
 }
 
@@ -75,16 +61,10 @@ func TestPerfRDMASliceTemplateIsThePluginsOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	published, err := plugin.ResourceSlices(rdma.DriverName, "strata-gpu-7", inv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(published) != 1 {
-		t.Fatalf("the plugin publishes %d slices for the preset, the template has one", len(published))
-	}
+	published := onlySlice(t, rdma.DriverName, inv)
 	if os.Getenv("STRATA_WRITE_PERF_TEMPLATES") != "" {
-		published[0].TypeMeta = metav1.TypeMeta{Kind: "ResourceSlice", APIVersion: "resource.k8s.io/v1"}
-		raw, err := yaml.Marshal(published[0])
+		published.TypeMeta = metav1.TypeMeta{Kind: "ResourceSlice", APIVersion: "resource.k8s.io/v1"}
+		raw, err := yaml.Marshal(published)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,17 +73,38 @@ func TestPerfRDMASliceTemplateIsThePluginsOutput(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if diff := cmp.Diff(published.Spec, templateSlice(t, path).Spec); diff != "" {
+		t.Errorf("%s differs from what the plugin publishes (-plugin +template):\n%s", path, diff)
+	}
+}
+
+// onlySlice returns the one ResourceSlice a plugin publishes for an
+// inventory on node strata-gpu-7.
+func onlySlice(t *testing.T, driver string, inv *plugin.Inventory) *resourceapi.ResourceSlice {
+	t.Helper()
+	published, err := plugin.ResourceSlices(driver, "strata-gpu-7", inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(published) != 1 {
+		t.Fatalf("the plugin publishes %d slices for the preset, the template has one", len(published))
+	}
+	return published[0]
+}
+
+// templateSlice reads a perf template's ResourceSlice as the harness
+// renders it for node 7.
+func templateSlice(t *testing.T, path string) resourceapi.ResourceSlice {
+	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got resourceapi.ResourceSlice
-	if err := yaml.UnmarshalStrict([]byte(strings.ReplaceAll(string(raw), "{{.Index}}", "7")), &got); err != nil {
+	var out resourceapi.ResourceSlice
+	if err := yaml.UnmarshalStrict([]byte(strings.ReplaceAll(string(raw), "{{.Index}}", "7")), &out); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(published[0].Spec, got.Spec); diff != "" {
-		t.Errorf("%s differs from what the plugin publishes (-plugin +template):\n%s", path, diff)
-	}
+	return out
 }
 
 const rdmaTemplateHeader = `# The ResourceSlice the rdma.strata.sh kubelet plugin publishes on an
