@@ -388,6 +388,10 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 		// the mark instead of looking the gang up again: the pod-group
 		// preemption runs them for every member once per candidate victim.
 		state.Write(upstreamStateKey, upstreamMember{})
+		if !p.hasNominations() {
+			// Nothing reserved to keep it off: Filter need not run.
+			return nil, fwk.NewStatus(fwk.Skip)
+		}
 		return nil, nil
 	}
 	shape := shapeKey(pod)

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	schedulingv1alpha3 "k8s.io/api/scheduling/v1alpha3"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/klog/v2"
@@ -62,25 +63,37 @@ func (p *Plugin) ancestors(pg *schedulingv1beta1.PodGroup) []*schedulingv1alpha3
 }
 
 // placementSpares remembers, per group and placement, how much room a
-// proposed placement leaves, for ScorePlacement.
+// proposed placement leaves, for ScorePlacement, which the scheduler
+// calls in the same pod-group cycle. Entries live two generations of
+// sparesPerGeneration groups, so that the groups the scheduler has
+// finished with are forgotten.
 type placementSpares struct {
-	mu    sync.Mutex
-	spare map[string]int // group key + "/" + placement name
+	mu            sync.Mutex
+	spare, before map[string]int // group key + "/" + placement name
+	groups        map[string]bool
 }
+
+// sparesPerGeneration is how many groups' proposals make a generation.
+const sparesPerGeneration = 1024
 
 func (s *placementSpares) set(group, placement string, spare int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.spare == nil {
-		s.spare = map[string]int{}
+	if s.spare == nil || (!s.groups[group] && len(s.groups) >= sparesPerGeneration) {
+		s.before, s.spare, s.groups = s.spare, map[string]int{}, map[string]bool{}
 	}
+	s.groups[group] = true
 	s.spare[group+"/"+placement] = spare
 }
 
 func (s *placementSpares) get(group, placement string) (int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.spare[group+"/"+placement]
+	key := group + "/" + placement
+	if v, ok := s.spare[key]; ok {
+		return v, true
+	}
+	v, ok := s.before[key]
 	return v, ok
 }
 
@@ -129,19 +142,76 @@ func (p *Plugin) GeneratePlacements(ctx context.Context, _ fwk.PodGroupCycleStat
 		all = append(all, c)
 		if ok {
 			fit = append(fit, c)
-			p.spares.set(pg.GetKey(), domain, spare)
 		}
 	}
-	klog.FromContext(ctx).V(4).Info("Placements proposed", "podGroup", pg.GetKey(), "key", key, "fit", len(fit), "domains", len(all))
-	if len(fit) == 0 {
+	fits := len(fit) > 0
+	if !fits {
 		fit = all
 	}
 	sort.SliceStable(fit, func(i, j int) bool { return fit[i].spare < fit[j].spare })
+	if fits && len(fit) > maxProposals && countedExactly(pg) && !triedBefore(pg) {
+		fit = fit[:maxProposals]
+	}
+	klog.FromContext(ctx).V(4).Info("Placements proposed", "podGroup", pg.GetKey(), "key", key, "proposed", len(fit), "fit", fits, "domains", len(all))
 	out := make([]*fwk.Placement, len(fit))
 	for i, c := range fit {
 		out[i] = c.placement
+		if fits {
+			p.spares.set(pg.GetKey(), c.placement.Name, c.spare)
+		}
 	}
 	return &fwk.GeneratePlacementsResult{Placements: out}, nil
+}
+
+// maxProposals is how many of the domains where a group fits StrataGang
+// proposes, the tightest ones, when it can count the group's fit
+// exactly. The scheduler tries a group in full in every proposed
+// placement (Filter and Score for each member on the domain's nodes)
+// before it picks one, so on 50 racks where a small group fits
+// everywhere, proposing them all costs 50 trials for one group; the
+// tightest domains are those StrataGang's placement score prefers anyway.
+//
+// Every fitting domain is proposed instead when the count is an
+// estimate: members with inter-pod (anti-)affinity, topology spread,
+// volumes or host ports, which a Filter plugin can turn away where the
+// capacity says there is room; or a group that comes back after an
+// attempt failed (another plugin of the profile said no).
+const maxProposals = 4
+
+// countedExactly reports whether the capacity estimate is exact for
+// every unscheduled pod of the group (and of the groups below it): none
+// has constraints that only the Filter plugins check.
+func countedExactly(pg fwk.PodGroupInfo) bool {
+	for _, pod := range pg.GetUnscheduledPods() {
+		if selfInteracting(pod) {
+			return false
+		}
+	}
+	for _, c := range pg.GetChildren() {
+		if !countedExactly(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// triedBefore reports whether the scheduler already failed to place a
+// pod of the group (or of a group below a composite): the pod carries
+// PodScheduled=False.
+func triedBefore(pg fwk.PodGroupInfo) bool {
+	for _, pod := range pg.GetUnscheduledPods() {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+				return true
+			}
+		}
+	}
+	for _, c := range pg.GetChildren() {
+		if triedBefore(c) {
+			return true
+		}
+	}
+	return false
 }
 
 // leafCapacities records, for every leaf group under pg, how many more of
@@ -200,10 +270,12 @@ func fitIn(pg fwk.PodGroupInfo, nodes []fwk.NodeInfo, used map[string]int, caps 
 	if len(children) == 0 {
 		capacity := make(map[string]int, len(nodes))
 		total := 0
+		leaf := caps[pg.GetKey()]
 		for _, ni := range nodes {
 			n := ni.Node().Name
-			capacity[n] = max(caps[pg.GetKey()][n]-used[n], 0)
-			total += capacity[n]
+			c := max(leaf[n]-used[n], 0)
+			capacity[n] = c
+			total += c
 		}
 		want := len(pg.GetUnscheduledPods())
 		if total < want {
