@@ -387,7 +387,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 		// GeneratePlacements proposes. Filter, Reserve and Unreserve read
 		// the mark instead of looking the gang up again: the pod-group
 		// preemption runs them for every member once per candidate victim.
-		state.Write(upstreamStateKey, upstreamMember{})
+		state.Write(upstreamStateKey, mark{})
 		if !p.hasNominations() {
 			// Nothing reserved to keep it off: Filter need not run.
 			return nil, fwk.NewStatus(fwk.Skip)
@@ -405,7 +405,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 	p.mu.Unlock()
 	if room.Len() == 0 {
 		if f, ok := p.recentFailure(g.key, nodes); ok {
-			state.Write(failFastStateKey, failFast{})
+			state.Write(failFastStateKey, mark{})
 			code := fwk.Unschedulable
 			if f.final {
 				code = fwk.UnschedulableAndUnresolvable
@@ -428,27 +428,27 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 // recent failure.
 const failFastStateKey fwk.StateKey = Name + "/fail-fast"
 
-type failFast struct{}
-
-func (failFast) Clone() fwk.StateData { return failFast{} }
-
 // upstreamStateKey marks a cycle of a member of an upstream workload-API
 // group, which StrataGang neither plans nor holds at Permit.
 const upstreamStateKey fwk.StateKey = Name + "/upstream"
 
-type upstreamMember struct{}
+// mark is the value of a cycle-state key whose presence is the news.
+type mark struct{}
 
-func (upstreamMember) Clone() fwk.StateData { return upstreamMember{} }
+func (mark) Clone() fwk.StateData { return mark{} }
 
-// isUpstreamMember reports whether PreFilter marked the cycle as an
-// upstream group member's.
-func isUpstreamMember(state fwk.CycleState) bool {
+// marked reports whether the cycle state holds the key.
+func marked(state fwk.CycleState, key fwk.StateKey) bool {
 	if state == nil {
 		return false
 	}
-	_, err := state.Read(upstreamStateKey)
+	_, err := state.Read(key)
 	return err == nil
 }
+
+// isUpstreamMember reports whether PreFilter marked the cycle as an
+// upstream group member's.
+func isUpstreamMember(state fwk.CycleState) bool { return marked(state, upstreamStateKey) }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin.
 func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
@@ -501,7 +501,7 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 	if g == nil || g.upstream {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	if _, err := state.Read(failFastStateKey); err == nil {
+	if marked(state, failFastStateKey) {
 		// The gang's plan failed moments ago on this very snapshot, and
 		// that attempt already decided about preemption.
 		p.mu.Lock()

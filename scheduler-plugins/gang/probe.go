@@ -34,17 +34,7 @@ import (
 // PreFilter and Filter stand aside for it.
 const probeStateKey fwk.StateKey = Name + "/probe"
 
-type probeMarker struct{}
-
-func (probeMarker) Clone() fwk.StateData { return probeMarker{} }
-
-func isProbe(state fwk.CycleState) bool {
-	if state == nil {
-		return false
-	}
-	_, err := state.Read(probeStateKey)
-	return err == nil
-}
+func isProbe(state fwk.CycleState) bool { return marked(state, probeStateKey) }
 
 // preFilterRunner is the part of the scheduler's framework that runs
 // every PreFilter plugin of a profile; the Handle a plugin gets is that
@@ -104,7 +94,7 @@ func newFilterProbe(ctx context.Context, h fwk.Handle, member *corev1.Pod) *filt
 	}
 	pod.Spec.Resources = nil
 	state := framework.NewCycleState()
-	state.Write(probeStateKey, probeMarker{})
+	state.Write(probeStateKey, mark{})
 	pr := &filterProbe{h: h, pod: pod, state: state, keepLabels: labelKeysNamed(pod), deep: selfInteracting(pod), memo: map[[32]byte]probeResult{}, classes: map[string][32]byte{}}
 	res, st, _ := runner.RunPreFilterPlugins(ctx, state, pod)
 	switch {
