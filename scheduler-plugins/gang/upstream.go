@@ -152,12 +152,13 @@ func (p *Plugin) GeneratePlacements(ctx context.Context, _ fwk.PodGroupCycleStat
 	if fits && len(fit) > maxProposals && countedExactly(pg) && !triedBefore(pg) {
 		fit = fit[:maxProposals]
 	}
-	klog.FromContext(ctx).V(4).Info("Placements proposed", "podGroup", pg.GetKey(), "key", key, "proposed", len(fit), "fit", fits, "domains", len(all))
+	group := pg.GetKey()
+	klog.FromContext(ctx).V(4).Info("Placements proposed", "podGroup", group, "key", key, "proposed", len(fit), "fit", fits, "domains", len(all))
 	out := make([]*fwk.Placement, len(fit))
 	for i, c := range fit {
 		out[i] = c.placement
 		if fits {
-			p.spares.set(pg.GetKey(), c.placement.Name, c.spare)
+			p.spares.set(group, c.placement.Name, c.spare)
 		}
 	}
 	return &fwk.GeneratePlacementsResult{Placements: out}, nil
@@ -181,37 +182,29 @@ const maxProposals = 4
 // countedExactly reports whether the capacity estimate is exact for
 // every unscheduled pod of the group (and of the groups below it): none
 // has constraints that only the Filter plugins check.
-func countedExactly(pg fwk.PodGroupInfo) bool {
-	for _, pod := range pg.GetUnscheduledPods() {
-		if selfInteracting(pod) {
-			return false
-		}
-	}
-	for _, c := range pg.GetChildren() {
-		if !countedExactly(c) {
-			return false
-		}
-	}
-	return true
-}
+func countedExactly(pg fwk.PodGroupInfo) bool { return !anyPod(pg, selfInteracting) }
 
 // triedBefore reports whether the scheduler already failed to place a
 // pod of the group (or of a group below a composite): the pod carries
 // PodScheduled=False.
 func triedBefore(pg fwk.PodGroupInfo) bool {
-	for _, pod := range pg.GetUnscheduledPods() {
+	return anyPod(pg, func(pod *corev1.Pod) bool {
 		for _, c := range pod.Status.Conditions {
 			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
 				return true
 			}
 		}
+		return false
+	})
+}
+
+// anyPod reports whether f holds for an unscheduled pod of the group or
+// of a group below it.
+func anyPod(pg fwk.PodGroupInfo, f func(*corev1.Pod) bool) bool {
+	if slices.ContainsFunc(pg.GetUnscheduledPods(), f) {
+		return true
 	}
-	for _, c := range pg.GetChildren() {
-		if triedBefore(c) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(pg.GetChildren(), func(c fwk.PodGroupInfo) bool { return anyPod(c, f) })
 }
 
 // leafCapacities records, for every leaf group under pg, how many more of
