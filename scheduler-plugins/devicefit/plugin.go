@@ -67,6 +67,7 @@ type Plugin struct {
 	enabled    bool
 	consumable bool
 	cel        *cel.Cache
+	allocated  *devicecount.Allocated
 
 	mu sync.Mutex
 	// matches caches, per ResourceSlice, which of its devices each CEL
@@ -117,6 +118,8 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle, fts feature.Featur
 	}
 	if p.dra == nil {
 		p.enabled = false
+	} else {
+		p.allocated = devicecount.NewAllocated(p.dra, p.consumable)
 	}
 	return p, nil
 }
@@ -344,7 +347,7 @@ func (p *Plugin) verdicts(ctx context.Context, cs fwk.CycleState, reqs []require
 	if err != nil {
 		return nil, fmt.Errorf("list ResourceSlices: %w", err)
 	}
-	allocated, err := devicecount.GatherAllocated(cs, p.dra)
+	allocated, err := devicecount.GatherAllocated(cs, p.allocated)
 	if err != nil {
 		return nil, err
 	}

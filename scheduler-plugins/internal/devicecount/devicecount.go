@@ -46,6 +46,8 @@ type Counter struct {
 	names    sets.Set[corev1.ResourceName]
 	features structured.Features
 	cel      *cel.Cache
+	// allocatedState tracks the claims' allocations (nil without DRA).
+	allocatedState *Allocated
 
 	mu sync.Mutex
 	// selected caches, per slice and resource name, which of the
@@ -59,10 +61,15 @@ func New(dra fwk.SharedDRAManager, names []corev1.ResourceName, fts feature.Feat
 	if !fts.EnableDynamicResourceAllocation {
 		dra = nil
 	}
+	var allocated *Allocated
+	if dra != nil {
+		allocated = NewAllocated(dra, fts.EnableDRAConsumableCapacity)
+	}
 	return &Counter{
-		dra:      dra,
-		names:    sets.New(names...),
-		features: dynamicresources.AllocatorFeatures(fts),
+		dra:            dra,
+		allocatedState: allocated,
+		names:          sets.New(names...),
+		features:       dynamicresources.AllocatorFeatures(fts),
 		cel: cel.NewCache(32, cel.Features{
 			EnableConsumableCapacity: fts.EnableDRAConsumableCapacity,
 			EnableListTypeAttributes: fts.EnableDRAListTypeAttributes,

@@ -250,8 +250,9 @@ func TestGatherAllocatedOncePerCycle(t *testing.T) {
 	pending := testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Claim("default", "second")
 	pending.UID = "default/second"
 	m := dct.DRAManager(ctx, t, append(classes(t, gpuClass), dct.GPUSlice("node-a", 8), first, pending)...)
+	tracker := devicecount.NewAllocated(m, true)
 	cycle := framework.NewCycleState()
-	before, err := devicecount.GatherAllocated(cycle, m)
+	before, err := devicecount.GatherAllocated(cycle, tracker)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func TestGatherAllocatedOncePerCycle(t *testing.T) {
 	if err := m.ResourceClaims().SignalClaimPendingAllocation(second.UID, second); err != nil {
 		t.Fatal(err)
 	}
-	again, err := devicecount.GatherAllocated(cycle, m)
+	again, err := devicecount.GatherAllocated(cycle, tracker)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +275,7 @@ func TestGatherAllocatedOncePerCycle(t *testing.T) {
 		t.Errorf("within the cycle: allocated %v, want only GPU 0", again.AllocatedDevices.UnsortedList())
 	}
 	for name, cs := range map[string]fwk.CycleState{"next cycle": framework.NewCycleState(), "no cycle": nil} {
-		fresh, err := devicecount.GatherAllocated(cs, m)
+		fresh, err := devicecount.GatherAllocated(cs, tracker)
 		if err != nil {
 			t.Fatal(err)
 		}

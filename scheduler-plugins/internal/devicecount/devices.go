@@ -95,5 +95,5 @@ func (c *Counter) AllocatedState(cs fwk.CycleState) (*structured.AllocatedState,
 	if c.dra == nil {
 		return &structured.AllocatedState{}, nil
 	}
-	return GatherAllocated(cs, c.dra)
+	return GatherAllocated(cs, c.allocatedState)
 }

@@ -2,7 +2,6 @@ package devicecount
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -203,7 +202,7 @@ func (c *Counter) matches(ctx context.Context, class *resourceapi.DeviceClass, d
 // allocated returns the devices allocated to any claim, wholly or as a
 // share.
 func (c *Counter) allocated(cs fwk.CycleState) (sets.Set[structured.DeviceID], error) {
-	state, err := GatherAllocated(cs, c.dra)
+	state, err := GatherAllocated(cs, c.allocatedState)
 	if err != nil {
 		return nil, err
 	}
@@ -221,22 +220,20 @@ func (c *Counter) allocated(cs fwk.CycleState) (sets.Set[structured.DeviceID], e
 }
 
 // GatherAllocated reads the devices allocated to any claim, in-flight
-// allocations included, and what shared devices' claims consume. The
-// tracker answers with an error when claims change while it gathers
-// them; that is retried a few times.
+// allocations included, and what shared devices' claims consume, from a
+// tracker of the DRA manager's claims (Allocated).
 //
-// Gathering copies the state of every allocated device in the cluster.
 // With a cycle state, the first Strata plugin to ask in a scheduling
-// cycle gathers and keeps the state there, and the cycle's later calls
+// cycle reads the state and keeps it there, and the cycle's later calls
 // read it: the cycle sees one state, as DynamicResources sees the one it
 // gathers at PreFilter. Callers must not change it.
-func GatherAllocated(cs fwk.CycleState, dra fwk.SharedDRAManager) (*structured.AllocatedState, error) {
+func GatherAllocated(cs fwk.CycleState, from *Allocated) (*structured.AllocatedState, error) {
 	if cs != nil {
 		if d, err := cs.Read(allocatedKey); err == nil {
 			return d.(allocatedData).state, nil
 		}
 	}
-	state, err := gatherAllocated(dra)
+	state, err := from.State()
 	if err == nil && cs != nil {
 		cs.Write(allocatedKey, allocatedData{state})
 	}
@@ -250,20 +247,6 @@ type allocatedData struct{ state *structured.AllocatedState }
 
 // Clone implements fwk.StateData; the state is read-only.
 func (a allocatedData) Clone() fwk.StateData { return a }
-
-func gatherAllocated(dra fwk.SharedDRAManager) (*structured.AllocatedState, error) {
-	err := errors.New("no state")
-	for range 5 {
-		state, gerr := dra.ResourceClaims().GatherAllocatedState()
-		if gerr == nil && state != nil {
-			return state, nil
-		}
-		if gerr != nil {
-			err = gerr
-		}
-	}
-	return nil, fmt.Errorf("gather allocated devices: %w", err)
-}
 
 type pool struct{ driver, name string }
 

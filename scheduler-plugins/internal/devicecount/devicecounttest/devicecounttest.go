@@ -38,6 +38,14 @@ const GPUDriver = "nvidia.strata.sh"
 // claim and every allocated device of the claims among them.
 func DRAManager(ctx context.Context, tb testing.TB, objects ...runtime.Object) fwk.SharedDRAManager {
 	tb.Helper()
+	m, _ := DRAManagerAndClient(ctx, tb, objects...)
+	return m
+}
+
+// DRAManagerAndClient is DRAManager, and also returns the clientset, for
+// tests that change the objects afterwards.
+func DRAManagerAndClient(ctx context.Context, tb testing.TB, objects ...runtime.Object) (fwk.SharedDRAManager, *fake.Clientset) {
+	tb.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	client := fake.NewClientset(objects...)
 	factory := informers.NewSharedInformerFactory(client, 0)
@@ -85,7 +93,7 @@ func DRAManager(ctx context.Context, tb testing.TB, objects ...runtime.Object) f
 	if err != nil {
 		tb.Fatalf("DRA manager did not see %d slices and %d allocated devices: %v", wantSlices, wantDevices, err)
 	}
-	return m
+	return m, client
 }
 
 // GPUSlice returns a node-local ResourceSlice with n GPUs named

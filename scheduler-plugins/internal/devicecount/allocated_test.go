@@ -1,0 +1,199 @@
+package devicecount_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/utils/ptr"
+
+	"github.com/strata-sh/strata/internal/testutil"
+	"github.com/strata-sh/strata/scheduler-plugins/internal/devicecount"
+	dct "github.com/strata-sh/strata/scheduler-plugins/internal/devicecount/devicecounttest"
+)
+
+// The tracker's state is the DRA manager's own GatherAllocatedState
+// through a random run of claim changes: whole devices and shares
+// allocated, allocations in flight and then written or given up, admin
+// access, claims deallocated and deleted. A state handed out earlier
+// does not change afterwards.
+func TestAllocatedFollowsTheClaims(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { allocatedFollowsTheClaims(t, seed) })
+	}
+}
+
+func allocatedFollowsTheClaims(t *testing.T, seed uint64) {
+	_, ctx := ktesting.NewTestContext(t)
+	m, client := dct.DRAManagerAndClient(ctx, t, dct.GPUSlice("node-a", 8), dct.GPUSlice("node-b", 8))
+	consumable := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate).EnableDRAConsumableCapacity
+	if !consumable {
+		t.Fatal("DRAConsumableCapacity is off: the shares would not be tracked as shares")
+	}
+	tracker := devicecount.NewAllocated(m, consumable)
+	claims := client.ResourceV1().ResourceClaims("default")
+	rng := rand.New(rand.NewPCG(seed, 14))
+
+	version := 0
+	write := func(c *resourceapi.ResourceClaim, create bool) {
+		t.Helper()
+		version++
+		c.ResourceVersion = strconv.Itoa(version)
+		var err error
+		if create {
+			_, err = claims.Create(ctx, c, metav1.CreateOptions{})
+		} else {
+			_, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A whole GPU or a share of one, on either node.
+	allocate := func(c *resourceapi.ResourceClaim, i int) *resourceapi.ResourceClaim {
+		node := []string{"node-a", "node-b"}[rng.IntN(2)]
+		a := dct.Allocate(c, node, rng.IntN(8))
+		r := &a.Status.Allocation.Devices.Results[0]
+		switch rng.IntN(4) {
+		case 0, 1:
+			r.ShareID = ptr.To(types.UID(fmt.Sprintf("share-%d", i)))
+			r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{
+				"cores":  *resource.NewQuantity(int64(1+rng.IntN(50)), resource.DecimalSI),
+				"memory": *resource.NewQuantity(int64(1+rng.IntN(8))<<30, resource.BinarySI),
+			}
+		case 2:
+			r.AdminAccess = ptr.To(true)
+		}
+		if rng.IntN(8) == 0 {
+			// A share that consumes nothing still marks its device.
+			r.ShareID = ptr.To(types.UID(fmt.Sprintf("share-%d", i)))
+			r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"cores": *resource.NewQuantity(0, resource.DecimalSI)}
+		}
+		return a
+	}
+
+	var live []*resourceapi.ResourceClaim
+	var inFlight []*resourceapi.ResourceClaim
+	prev, err := tracker.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for step := range 120 {
+		old, oldDesc := prev, describe(prev)
+		var what string
+		switch op := rng.IntN(6); {
+		case op <= 1 || len(live) == 0:
+			c := testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Claim("default", fmt.Sprintf("claim-%d", step))
+			c.UID = types.UID(c.Name)
+			write(allocate(c, step), true)
+			live = append(live, c)
+			what = "allocated " + c.Name
+		case op == 2:
+			c := testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Claim("default", fmt.Sprintf("claim-%d", step))
+			c.UID = types.UID(c.Name)
+			write(c, true)
+			live = append(live, c)
+			if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				_, err := m.ResourceClaims().Get(c.Namespace, c.Name)
+				return err == nil, nil
+			}); err != nil {
+				t.Fatalf("the DRA manager did not see claim %s: %v", c.Name, err)
+			}
+			if err := m.ResourceClaims().SignalClaimPendingAllocation(c.UID, allocate(c, step)); err != nil {
+				t.Fatal(err)
+			}
+			inFlight = append(inFlight, c)
+			what = "put " + c.Name + " in flight"
+		case op == 3 && len(inFlight) > 0:
+			c := inFlight[0]
+			inFlight = inFlight[1:]
+			if rng.IntN(2) == 0 {
+				// Written, as PreBind does, then no longer in flight.
+				a := c.DeepCopy()
+				a.Status.Allocation = m.ResourceClaims().GetPendingAllocation(c.UID)
+				write(a, false)
+				what = "wrote " + c.Name
+			} else {
+				what = "gave up " + c.Name
+			}
+			m.ResourceClaims().MaybeRemoveClaimPendingAllocation(c.UID, true)
+		case op == 4:
+			i := rng.IntN(len(live))
+			c := live[i].DeepCopy()
+			if slices.ContainsFunc(inFlight, func(f *resourceapi.ResourceClaim) bool { return f.UID == c.UID }) {
+				continue
+			}
+			c.Status.Allocation = nil
+			write(c, false)
+			what = "deallocated " + c.Name
+		default:
+			i := rng.IntN(len(live))
+			c := live[i]
+			if slices.ContainsFunc(inFlight, func(f *resourceapi.ResourceClaim) bool { return f.UID == c.UID }) {
+				continue
+			}
+			if err := claims.Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			live = slices.Delete(live, i, i+1)
+			what = "deleted " + c.Name
+		}
+		var got, want map[string]string
+		err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			s, err := tracker.State()
+			if err != nil {
+				return false, err
+			}
+			w, err := m.ResourceClaims().GatherAllocatedState()
+			if err != nil {
+				return false, nil // changed while gathering
+			}
+			prev, got, want = s, describe(s), describe(w)
+			return cmp.Equal(want, got), nil
+		})
+		if err != nil {
+			t.Fatalf("step %d (%s): the tracker's state differs from GatherAllocatedState's (-want +got):\n%s", step, what, cmp.Diff(want, got))
+		}
+		if diff := cmp.Diff(oldDesc, describe(old)); diff != "" {
+			t.Fatalf("step %d (%s): the state handed out before changed (-before +after):\n%s", step, what, diff)
+		}
+	}
+	if len(live) == 0 {
+		t.Fatal("the run ended with no claims: it exercised little")
+	}
+}
+
+// describe flattens an allocated state: each device or share, with what
+// it consumes.
+func describe(s *structured.AllocatedState) map[string]string {
+	out := map[string]string{}
+	for id := range s.AllocatedDevices {
+		out[id.String()] = "whole"
+	}
+	for id := range s.AllocatedSharedDeviceIDs {
+		out[id.String()] = "share"
+	}
+	for id, used := range s.AggregatedCapacity {
+		var parts []string
+		for name, q := range used {
+			parts = append(parts, fmt.Sprintf("%s=%d", name, q.MilliValue()))
+		}
+		slices.Sort(parts)
+		out[id.String()+" consumes"] = fmt.Sprint(parts)
+	}
+	return out
+}
