@@ -9,10 +9,11 @@
 // matching devices are all in use it evaluates all of them and still
 // fails. At a thousand GPU nodes that is most of a DRA pod's scheduling
 // time (see docs/scoring.md). This plugin evaluates each selector once
-// per device per ResourceSlice version, caches the answer, and in
-// PreFilter counts, per node, the matching devices that are free: not
-// allocated, or, for a device that allows several allocations, with
-// room left for what the request consumes of each capacity.
+// per device per ResourceSlice version, caches the answer, and in Filter
+// counts the node's matching devices that are free: not allocated, or,
+// for a device that allows several allocations, with room left for what
+// the request consumes of each capacity. Its work per pod is bounded by
+// the nodes kube-scheduler searches, not by the cluster.
 //
 // It never rejects a node the allocator would accept: every condition it
 // checks is necessary for an allocation, and whatever it cannot work out
@@ -38,6 +39,7 @@ package devicefit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -151,16 +153,31 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 
 const stateKey fwk.StateKey = Name
 
-// state is one cycle's verdicts: the reason each rejected node cannot
-// host the pod's claims, and the nodes preemption has since let through.
+// state is one cycle's check: what the pod's claims need, the devices
+// on each node, and the nodes preemption has since let through.
 type state struct {
-	rejected map[string]string // read-only once PreFilter is done
+	*check
 	reopened sets.Set[string]
+}
+
+// check is what Filter counts a node's devices against; read-only once
+// PreFilter is done.
+type check struct {
+	reqs []requirement
+	// offset[i] is where requirement i's alternatives start in a node's
+	// counts.
+	offset []int
+	// unchecked marks the requirements that devices outside node-local
+	// slices could serve: those are not checked.
+	unchecked []bool
+	// local holds each node's node-local slices, newest generation.
+	local     map[string][]*resourceapi.ResourceSlice
+	allocated *devicecount.Snapshot
 }
 
 // Clone implements fwk.StateData; preemption clones the state per node.
 func (s *state) Clone() fwk.StateData {
-	return &state{rejected: s.rejected, reopened: s.reopened.Clone()}
+	return &state{check: s.check, reopened: s.reopened.Clone()}
 }
 
 // PreFilter works out which nodes cannot host the pod's unallocated
@@ -177,13 +194,13 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		}
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	rejected, err := p.verdicts(ctx, cs, reqs, nodes)
+	c, err := p.prepare(ctx, cs, reqs)
 	if err != nil {
 		// The DynamicResources plugin reads the same state and reports.
 		logger.V(4).Info("Not checking the pod's claims", "pod", klog.KObj(pod), "err", err)
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	cs.Write(stateKey, &state{rejected: rejected, reopened: sets.New[string]()})
+	cs.Write(stateKey, &state{check: c, reopened: sets.New[string]()})
 	return nil, nil
 }
 
@@ -212,14 +229,18 @@ func (p *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, 
 	return nil
 }
 
-// Filter rejects the nodes PreFilter found too full.
-func (p *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+// Filter rejects a node whose free devices cannot satisfy the pod's
+// claims.
+func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
 	s, err := readState(cs)
 	if err != nil {
 		return nil
 	}
 	name := ni.Node().Name
-	if reason, ok := s.rejected[name]; ok && !s.reopened.Has(name) {
+	if s.reopened.Has(name) {
+		return nil
+	}
+	if reason := p.verdict(ctx, s.check, name); reason != "" {
 		return fwk.NewStatus(fwk.Unschedulable, reason)
 	}
 	return nil
@@ -339,10 +360,10 @@ func (p *Plugin) requirement(claim string, r resourceapi.DeviceRequest) (require
 	return req, nil
 }
 
-// verdicts counts, per node, each alternative's free matching devices
-// and returns why each node that cannot satisfy some requirement is
-// rejected.
-func (p *Plugin) verdicts(ctx context.Context, cs fwk.CycleState, reqs []requirement, nodes []fwk.NodeInfo) (map[string]string, error) {
+// prepare reads what Filter needs: the slices by node, the allocated
+// state, and which requirements devices outside node-local slices could
+// serve (those are not checked).
+func (p *Plugin) prepare(ctx context.Context, cs fwk.CycleState, reqs []requirement) (*check, error) {
 	list, err := p.dra.ResourceSlices().ListWithDeviceTaintRules()
 	if err != nil {
 		return nil, fmt.Errorf("list ResourceSlices: %w", err)
@@ -352,95 +373,105 @@ func (p *Plugin) verdicts(ctx context.Context, cs fwk.CycleState, reqs []require
 		return nil, err
 	}
 	newest := devicecount.NewestGenerations(list)
-	// offset[i] is where requirement i's alternatives start in a node's
-	// counts.
-	offset := make([]int, len(reqs)+1)
-	for i, r := range reqs {
-		offset[i+1] = offset[i] + len(r.alts)
+	c := &check{
+		reqs:      reqs,
+		offset:    make([]int, len(reqs)+1),
+		unchecked: make([]bool, len(reqs)),
+		local:     make(map[string][]*resourceapi.ResourceSlice, len(list)),
+		allocated: allocated,
 	}
-	unchecked := make([]bool, len(reqs))
-	counts := map[string][]int64{}
+	for i, r := range reqs {
+		c.offset[i+1] = c.offset[i] + len(r.alts)
+	}
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	seen := make(map[string]bool, len(list))
+	current := 0
 	for _, slice := range list {
 		if newest.Stale(slice) {
 			continue
 		}
-		seen[slice.Name] = true
-		node := ptr.Deref(slice.Spec.NodeName, "")
-		local := node != "" && !ptr.Deref(slice.Spec.PerDeviceNodeSelection, false)
-		m := p.sliceMatches(slice)
-		var c []int64
-		if local {
-			if c = counts[node]; c == nil {
-				c = make([]int64, offset[len(reqs)])
-				counts[node] = c
-			}
+		current++
+		if node := ptr.Deref(slice.Spec.NodeName, ""); node != "" && !ptr.Deref(slice.Spec.PerDeviceNodeSelection, false) {
+			c.local[node] = append(c.local[node], slice)
+			continue
 		}
+		m := p.sliceMatches(slice)
 		for i, r := range reqs {
-			if unchecked[i] {
-				continue
-			}
-			for j, alt := range r.alts {
-				sel := p.selection(ctx, m, slice, alt)
-				idle := p.idleFits(m, slice, alt)
-				for d := range slice.Spec.Devices {
-					if !sel[d] {
-						continue
-					}
-					if !local {
-						// Devices reachable from several nodes: not checked.
-						unchecked[i] = true
-						break
-					}
-					if idle.fits[d] && p.free(allocated, m.ids[d], &slice.Spec.Devices[d], idle.needs[d]) {
-						c[offset[i]+j]++
-					}
-				}
-				if unchecked[i] {
-					break
+			for _, alt := range r.alts {
+				// Devices reachable from several nodes: not checked.
+				if slices.Contains(p.selection(ctx, m, slice, alt), true) {
+					c.unchecked[i] = true
 				}
 			}
 		}
 	}
-	if len(p.matches) > 2*len(seen)+16 {
+	if len(p.matches) > 2*current+16 {
+		seen := make(map[string]bool, current)
+		for _, slice := range list {
+			seen[slice.Name] = true
+		}
 		for name := range p.matches {
 			if !seen[name] {
 				delete(p.matches, name)
 			}
 		}
 	}
+	return c, nil
+}
 
-	rejected := map[string]string{}
-	for _, ni := range nodes {
-		name := ni.Node().Name
-		c := counts[name]
-		for i, r := range reqs {
-			if unchecked[i] {
+// verdict counts each alternative's free matching devices on a node and
+// returns why the node cannot satisfy some requirement, "" if it can.
+func (p *Plugin) verdict(ctx context.Context, c *check, node string) string {
+	counts := make([]int64, c.offset[len(c.reqs)])
+	type pick struct {
+		sel  []bool
+		idle *idleFit
+	}
+	picks := make([]pick, len(counts))
+	for _, slice := range c.local[node] {
+		p.mu.Lock()
+		m := p.sliceMatches(slice)
+		for i, r := range c.reqs {
+			for j, alt := range r.alts {
+				picks[c.offset[i]+j] = pick{p.selection(ctx, m, slice, alt), p.idleFits(m, slice, alt)}
+			}
+		}
+		ids := m.ids
+		p.mu.Unlock()
+		for i, r := range c.reqs {
+			if c.unchecked[i] {
 				continue
 			}
-			ok := false
-			var have int64
-			for j, alt := range r.alts {
-				var n int64
-				if c != nil {
-					n = c[offset[i]+j]
+			for j := range r.alts {
+				k := c.offset[i] + j
+				sel, idle := picks[k].sel, picks[k].idle
+				for d := range slice.Spec.Devices {
+					if sel[d] && idle.fits[d] && p.free(c.allocated, ids[d], &slice.Spec.Devices[d], idle.needs[d]) {
+						counts[k]++
+					}
 				}
-				have = max(have, n)
-				if n >= alt.count {
-					ok = true
-					break
-				}
-			}
-			if !ok {
-				rejected[name] = reason(r, have)
-				break
 			}
 		}
 	}
-	return rejected, nil
+	for i, r := range c.reqs {
+		if c.unchecked[i] {
+			continue
+		}
+		var have int64
+		for j, alt := range r.alts {
+			n := counts[c.offset[i]+j]
+			if n >= alt.count {
+				have = -1
+				break
+			}
+			have = max(have, n)
+		}
+		if have >= 0 {
+			return reason(r, have)
+		}
+	}
+	return ""
 }
 
 func reason(r requirement, have int64) string {
@@ -580,17 +611,19 @@ func (p *Plugin) needs(dev *resourceapi.Device, alt alternative) (needs []capaci
 // free tells whether a device that fits the alternative when idle can
 // take it now: a device used whole must not be allocated; a shared one
 // must have room left for what the alternative consumes (needs).
-func (p *Plugin) free(allocated *structured.AllocatedState, id structured.DeviceID, dev *resourceapi.Device, needs []capacityNeed) bool {
+func (p *Plugin) free(allocated *devicecount.Snapshot, id structured.DeviceID, dev *resourceapi.Device, needs []capacityNeed) bool {
 	if !p.consumable || !ptr.Deref(dev.AllowMultipleAllocations, false) {
 		return !allocated.AllocatedDevices.Has(id)
 	}
-	used := allocated.AggregatedCapacity[id]
-	if len(used) == 0 {
+	used, ok := allocated.Milli[id]
+	if !ok {
 		return true
 	}
 	for _, n := range needs {
-		if q := used[n.name]; q != nil && q.MilliValue()+n.need > n.total {
-			return false
+		for _, u := range used {
+			if u.Name == n.name && u.Milli+n.need > n.total {
+				return false
+			}
 		}
 	}
 	return true

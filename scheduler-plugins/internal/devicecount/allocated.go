@@ -38,32 +38,54 @@ type Allocated struct {
 	dra        fwk.SharedDRAManager
 	consumable bool
 
-	mu     sync.Mutex
-	claims map[types.UID]*claimAllocation
-	// epoch numbers the walks over the claims, to find the claims that
-	// are gone.
-	epoch uint64
-	// whole, shared and consumed are what the cached claims hold, kept as
-	// the DRA manager keeps them: sets, and consumed capacity added and
-	// subtracted. The consumed capacity of a device is never changed in
-	// place: a state handed out shares those maps.
+	mu sync.Mutex
+	// claims holds the claims that hold devices, by UID; objects holds
+	// the same claim objects, so that an unchanged claim is found by its
+	// pointer (informer objects are never changed in place) without
+	// reading its UID.
+	claims  map[types.UID]claimAllocation
+	objects map[*resourceapi.ResourceClaim]struct{}
+	// whole, shared and consumed are what the claims' own allocations
+	// hold, kept as the DRA manager keeps them: sets, and consumed
+	// capacity added and subtracted. The consumed capacity of a device is
+	// never changed in place: a state handed out shares those maps.
 	whole    sets.Set[structured.DeviceID]
 	shared   sets.Set[structured.SharedDeviceID]
 	consumed structured.ConsumedCapacityCollection
-	// inFlight counts the claims whose allocation is in flight; they are
-	// added on top of the cached ones in each state, as the DRA manager
-	// adds its in-flight allocations.
-	inFlight int
+	// milli is consumed in milli-units, per device, for Snapshot.Milli;
+	// names interns the capacities' names.
+	milli map[structured.DeviceID][]CapacityMilli
+	names map[resourceapi.QualifiedName]resourceapi.QualifiedName
+	// inFlight holds the allocations in flight, by claim; they are added
+	// on top of the others in each state, as the DRA manager adds its
+	// in-flight allocations.
+	inFlight map[types.UID]*resourceapi.AllocationResult
 	// state is the last state handed out; nil once something changed.
-	state *structured.AllocatedState
+	state *Snapshot
 }
 
-// claimAllocation is the allocation a claim was last seen with.
+// Snapshot is the allocated state at one time, as GatherAllocatedState
+// returns it, with what claims consume of each device also laid out in
+// milli-units for quick reading.
+type Snapshot struct {
+	*structured.AllocatedState
+	// Milli holds, per device in AggregatedCapacity, what its claims
+	// consume of each capacity.
+	Milli map[structured.DeviceID][]CapacityMilli
+}
+
+// CapacityMilli is an amount of one capacity, in milli-units.
+type CapacityMilli struct {
+	Name  resourceapi.QualifiedName
+	Milli int64
+}
+
+// claimAllocation is a claim that holds devices, as last seen.
 type claimAllocation struct {
+	claim  *resourceapi.ResourceClaim
 	result *resourceapi.AllocationResult
 	// pending is set when the allocation is in flight, not in the claim.
 	pending bool
-	epoch   uint64
 }
 
 // NewAllocated returns the tracker of a DRA manager's claims; consumable
@@ -73,57 +95,65 @@ func NewAllocated(dra fwk.SharedDRAManager, consumable bool) *Allocated {
 	return &Allocated{
 		dra:        dra,
 		consumable: consumable,
-		claims:     map[types.UID]*claimAllocation{},
+		claims:     map[types.UID]claimAllocation{},
+		objects:    map[*resourceapi.ResourceClaim]struct{}{},
+		inFlight:   map[types.UID]*resourceapi.AllocationResult{},
 		whole:      sets.New[structured.DeviceID](),
 		shared:     sets.New[structured.SharedDeviceID](),
 		consumed:   structured.ConsumedCapacityCollection{},
+		milli:      map[structured.DeviceID][]CapacityMilli{},
+		names:      map[resourceapi.QualifiedName]resourceapi.QualifiedName{},
 	}
 }
 
 // State returns the current allocated state. The caller must not change
 // it; it stays as it is when later claims change.
-func (a *Allocated) State() (*structured.AllocatedState, error) {
+func (a *Allocated) State() (*Snapshot, error) {
 	claims, err := a.dra.ResourceClaims().List()
 	if err != nil {
 		return nil, fmt.Errorf("list ResourceClaims: %w", err)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.epoch++
-	touched := 0
+	held := 0
 	for _, claim := range claims {
 		result, pending := claim.Status.Allocation, false
-		if result == nil {
+		if result != nil {
+			if _, same := a.objects[claim]; same {
+				held++
+				continue
+			}
+		} else {
 			result = a.dra.ResourceClaims().GetPendingAllocation(claim.UID)
 			pending = result != nil
 		}
-		seen := a.claims[claim.UID]
+		seen, ok := a.claims[claim.UID]
 		switch {
-		case seen == nil && result == nil:
+		case !ok && result == nil:
 			continue
-		case seen == nil:
-			seen = &claimAllocation{}
-			a.claims[claim.UID] = seen
-		case result == nil:
+		case ok && pending && seen.pending && seen.result == result:
+			// Still in flight.
+			held++
+			continue
+		case ok:
+			a.forget(seen)
+		}
+		if result == nil {
 			// Deallocated, or its allocation was given up.
-			a.forget(seen)
-			delete(a.claims, claim.UID)
 			continue
 		}
-		seen.epoch = a.epoch
-		touched++
-		if seen.result != result || seen.pending != pending {
-			a.forget(seen)
-			seen.result, seen.pending = result, pending
-			a.record(seen)
-		}
+		a.record(claimAllocation{claim: claim, result: result, pending: pending})
+		held++
 	}
-	if touched < len(a.claims) {
-		// Some claims are gone.
+	if held < len(a.claims) {
+		// Some claims that held devices are gone.
+		present := make(sets.Set[types.UID], len(claims))
+		for _, claim := range claims {
+			present.Insert(claim.UID)
+		}
 		for uid, seen := range a.claims {
-			if seen.epoch != a.epoch {
+			if !present.Has(uid) {
 				a.forget(seen)
-				delete(a.claims, uid)
 			}
 		}
 	}
@@ -134,49 +164,48 @@ func (a *Allocated) State() (*structured.AllocatedState, error) {
 }
 
 // record adds a claim's allocation to the state, forget takes it out.
-func (a *Allocated) record(c *claimAllocation) {
+func (a *Allocated) record(c claimAllocation) {
 	a.state = nil
+	a.claims[c.claim.UID] = c
 	if c.pending {
-		a.inFlight++
+		a.inFlight[c.claim.UID] = c.result
 		return
 	}
-	a.apply(c.result, a.whole, a.shared, a.consumed, true)
+	a.objects[c.claim] = struct{}{}
+	a.apply(c.result, a.whole, a.shared, a.consumed, a.milli, true)
 }
 
-func (a *Allocated) forget(c *claimAllocation) {
-	if c.result == nil {
-		return
-	}
+func (a *Allocated) forget(c claimAllocation) {
 	a.state = nil
+	delete(a.claims, c.claim.UID)
 	if c.pending {
-		a.inFlight--
+		delete(a.inFlight, c.claim.UID)
 		return
 	}
-	a.apply(c.result, a.whole, a.shared, a.consumed, false)
+	delete(a.objects, c.claim)
+	a.apply(c.result, a.whole, a.shared, a.consumed, a.milli, false)
 }
 
 // snapshot copies the cached claims' state and adds the allocations in
 // flight.
-func (a *Allocated) snapshot() *structured.AllocatedState {
-	s := &structured.AllocatedState{
-		AllocatedDevices:         maps.Clone(a.whole),
-		AllocatedSharedDeviceIDs: maps.Clone(a.shared),
-		AggregatedCapacity:       maps.Clone(a.consumed),
+func (a *Allocated) snapshot() *Snapshot {
+	s := &Snapshot{
+		AllocatedState: &structured.AllocatedState{
+			AllocatedDevices:         maps.Clone(a.whole),
+			AllocatedSharedDeviceIDs: maps.Clone(a.shared),
+			AggregatedCapacity:       maps.Clone(a.consumed),
+		},
+		Milli: maps.Clone(a.milli),
 	}
-	if a.inFlight == 0 {
-		return s
-	}
-	for _, c := range a.claims {
-		if c.pending {
-			a.apply(c.result, s.AllocatedDevices, s.AllocatedSharedDeviceIDs, s.AggregatedCapacity, true)
-		}
+	for _, result := range a.inFlight {
+		a.apply(result, s.AllocatedDevices, s.AllocatedSharedDeviceIDs, s.AggregatedCapacity, s.Milli, true)
 	}
 	return s
 }
 
 // apply adds (or removes) an allocation's devices, as the DRA manager's
 // bookkeeping does. Admin-access results are not allocations.
-func (a *Allocated) apply(result *resourceapi.AllocationResult, whole sets.Set[structured.DeviceID], shared sets.Set[structured.SharedDeviceID], consumed structured.ConsumedCapacityCollection, add bool) {
+func (a *Allocated) apply(result *resourceapi.AllocationResult, whole sets.Set[structured.DeviceID], shared sets.Set[structured.SharedDeviceID], consumed structured.ConsumedCapacityCollection, milli map[structured.DeviceID][]CapacityMilli, add bool) {
 	for _, r := range result.Devices.Results {
 		if ptr.Deref(r.AdminAccess, false) {
 			continue
@@ -209,8 +238,25 @@ func (a *Allocated) apply(result *resourceapi.AllocationResult, whole sets.Set[s
 		}
 		if !add && used.Empty() {
 			delete(consumed, id)
+			delete(milli, id)
 		} else {
 			consumed[id] = used
+			milli[id] = a.inMilli(used)
 		}
 	}
+}
+
+// inMilli lays a device's consumed capacity out in milli-units, its
+// names interned.
+func (a *Allocated) inMilli(used structured.ConsumedCapacity) []CapacityMilli {
+	out := make([]CapacityMilli, 0, len(used))
+	for name, q := range used {
+		n, ok := a.names[name]
+		if !ok {
+			n = name
+			a.names[name] = n
+		}
+		out = append(out, CapacityMilli{Name: n, Milli: q.MilliValue()})
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,25 +64,59 @@ func allocatedFollowsTheClaims(t *testing.T, seed uint64) {
 			t.Fatal(err)
 		}
 	}
-	// A whole GPU or a share of one, on either node.
+	// A whole GPU or a share of one, on either node. The allocator never
+	// gives out a device held whole, nor shares of one, nor a device held
+	// in shares whole: neither does the run (a device held twice whole
+	// is freed by the first holder's release, in an order the tracker
+	// cannot know).
+	wholeGPU, shares, holds := map[string]bool{}, map[string]int{}, map[string]string{}
+	release := func(name string) {
+		if gpu, ok := holds[name]; ok {
+			delete(holds, name)
+			if wholeGPU[gpu] {
+				delete(wholeGPU, gpu)
+			} else {
+				shares[gpu]--
+			}
+		}
+	}
 	allocate := func(c *resourceapi.ResourceClaim, i int) *resourceapi.ResourceClaim {
-		node := []string{"node-a", "node-b"}[rng.IntN(2)]
-		a := dct.Allocate(c, node, rng.IntN(8))
+		kind := rng.IntN(8) // 0-2 whole, 3-5 share, 6 admin access, 7 share of nothing
+		var node string
+		var gpu int
+		for try := 0; ; try++ {
+			if try == 64 {
+				kind = 6 // every GPU is taken
+			}
+			node, gpu = []string{"node-a", "node-b"}[rng.IntN(2)], rng.IntN(8)
+			key := fmt.Sprintf("%s/%d", node, gpu)
+			if kind == 6 || !wholeGPU[key] && (kind > 2 || shares[key] == 0) {
+				switch {
+				case kind <= 2:
+					wholeGPU[key] = true
+					holds[c.Name] = key
+				case kind != 6:
+					shares[key]++
+					holds[c.Name] = key
+				}
+				break
+			}
+		}
+		a := dct.Allocate(c, node, gpu)
 		r := &a.Status.Allocation.Devices.Results[0]
-		switch rng.IntN(4) {
-		case 0, 1:
+		switch {
+		case kind == 6:
+			r.AdminAccess = ptr.To(true)
+		case kind == 7:
+			// A share that consumes nothing still marks its device.
+			r.ShareID = ptr.To(types.UID(fmt.Sprintf("share-%d", i)))
+			r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"cores": *resource.NewQuantity(0, resource.DecimalSI)}
+		case kind > 2:
 			r.ShareID = ptr.To(types.UID(fmt.Sprintf("share-%d", i)))
 			r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{
 				"cores":  *resource.NewQuantity(int64(1+rng.IntN(50)), resource.DecimalSI),
 				"memory": *resource.NewQuantity(int64(1+rng.IntN(8))<<30, resource.BinarySI),
 			}
-		case 2:
-			r.AdminAccess = ptr.To(true)
-		}
-		if rng.IntN(8) == 0 {
-			// A share that consumes nothing still marks its device.
-			r.ShareID = ptr.To(types.UID(fmt.Sprintf("share-%d", i)))
-			r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"cores": *resource.NewQuantity(0, resource.DecimalSI)}
 		}
 		return a
 	}
@@ -93,7 +128,7 @@ func allocatedFollowsTheClaims(t *testing.T, seed uint64) {
 		t.Fatal(err)
 	}
 	for step := range 120 {
-		old, oldDesc := prev, describe(prev)
+		old, oldDesc := prev, describe(prev.AllocatedState)
 		var what string
 		switch op := rng.IntN(6); {
 		case op <= 1 || len(live) == 0:
@@ -128,6 +163,7 @@ func allocatedFollowsTheClaims(t *testing.T, seed uint64) {
 				write(a, false)
 				what = "wrote " + c.Name
 			} else {
+				release(c.Name)
 				what = "gave up " + c.Name
 			}
 			m.ResourceClaims().MaybeRemoveClaimPendingAllocation(c.UID, true)
@@ -139,6 +175,7 @@ func allocatedFollowsTheClaims(t *testing.T, seed uint64) {
 			}
 			c.Status.Allocation = nil
 			write(c, false)
+			release(c.Name)
 			what = "deallocated " + c.Name
 		default:
 			i := rng.IntN(len(live))
@@ -150,8 +187,10 @@ func allocatedFollowsTheClaims(t *testing.T, seed uint64) {
 				t.Fatal(err)
 			}
 			live = slices.Delete(live, i, i+1)
+			release(c.Name)
 			what = "deleted " + c.Name
 		}
+		t.Logf("step %d: %s", step, what)
 		var got, want map[string]string
 		err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 			s, err := tracker.State()
@@ -162,19 +201,47 @@ func allocatedFollowsTheClaims(t *testing.T, seed uint64) {
 			if err != nil {
 				return false, nil // changed while gathering
 			}
-			prev, got, want = s, describe(s), describe(w)
+			prev, got, want = s, describe(s.AllocatedState), describe(w)
 			return cmp.Equal(want, got), nil
 		})
 		if err != nil {
 			t.Fatalf("step %d (%s): the tracker's state differs from GatherAllocatedState's (-want +got):\n%s", step, what, cmp.Diff(want, got))
 		}
-		if diff := cmp.Diff(oldDesc, describe(old)); diff != "" {
+		if diff := cmp.Diff(consumedOf(prev.AllocatedState), milliOf(prev)); diff != "" {
+			t.Fatalf("step %d (%s): Milli differs from AggregatedCapacity (-consumed +milli):\n%s", step, what, diff)
+		}
+		if diff := cmp.Diff(oldDesc, describe(old.AllocatedState)); diff != "" {
 			t.Fatalf("step %d (%s): the state handed out before changed (-before +after):\n%s", step, what, diff)
 		}
 	}
 	if len(live) == 0 {
 		t.Fatal("the run ended with no claims: it exercised little")
 	}
+}
+
+// consumedOf and milliOf flatten what a state's claims consume, from
+// its consumed capacity and from its milli-unit view.
+func consumedOf(s *structured.AllocatedState) map[string]string {
+	out := describe(s)
+	for k := range out {
+		if !strings.HasSuffix(k, " consumes") {
+			delete(out, k)
+		}
+	}
+	return out
+}
+
+func milliOf(s *devicecount.Snapshot) map[string]string {
+	out := map[string]string{}
+	for id, used := range s.Milli {
+		var parts []string
+		for _, u := range used {
+			parts = append(parts, fmt.Sprintf("%s=%d", u.Name, u.Milli))
+		}
+		slices.Sort(parts)
+		out[id.String()+" consumes"] = fmt.Sprint(parts)
+	}
+	return out
 }
 
 // describe flattens an allocated state: each device or share, with what

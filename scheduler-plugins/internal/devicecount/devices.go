@@ -95,5 +95,9 @@ func (c *Counter) AllocatedState(cs fwk.CycleState) (*structured.AllocatedState,
 	if c.dra == nil {
 		return &structured.AllocatedState{}, nil
 	}
-	return GatherAllocated(cs, c.allocatedState)
+	s, err := GatherAllocated(cs, c.allocatedState)
+	if err != nil {
+		return nil, err
+	}
+	return s.AllocatedState, nil
 }

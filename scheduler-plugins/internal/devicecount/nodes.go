@@ -227,7 +227,7 @@ func (c *Counter) allocated(cs fwk.CycleState) (sets.Set[structured.DeviceID], e
 // cycle reads the state and keeps it there, and the cycle's later calls
 // read it: the cycle sees one state, as DynamicResources sees the one it
 // gathers at PreFilter. Callers must not change it.
-func GatherAllocated(cs fwk.CycleState, from *Allocated) (*structured.AllocatedState, error) {
+func GatherAllocated(cs fwk.CycleState, from *Allocated) (*Snapshot, error) {
 	if cs != nil {
 		if d, err := cs.Read(allocatedKey); err == nil {
 			return d.(allocatedData).state, nil
@@ -243,7 +243,7 @@ func GatherAllocated(cs fwk.CycleState, from *Allocated) (*structured.AllocatedS
 // allocatedKey is where a cycle's allocated state is kept.
 const allocatedKey fwk.StateKey = "strata.sh/allocated-devices"
 
-type allocatedData struct{ state *structured.AllocatedState }
+type allocatedData struct{ state *Snapshot }
 
 // Clone implements fwk.StateData; the state is read-only.
 func (a allocatedData) Clone() fwk.StateData { return a }
