@@ -43,6 +43,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -71,7 +72,7 @@ type Plugin struct {
 	cel        *cel.Cache
 	allocated  *devicecount.Allocated
 
-	mu sync.Mutex
+	mu sync.RWMutex
 	// matches caches, per ResourceSlice, which of its devices each CEL
 	// expression selects.
 	matches map[string]*sliceMatches
@@ -87,10 +88,10 @@ type sliceMatches struct {
 	// byExpr holds, per expression, whether it selects each device, and
 	// byKey whether all of an alternative's expressions do.
 	byExpr map[string][]bool
-	byKey  map[string][]bool
+	byKey  map[unique.Handle[string]][]bool
 	// idle holds, per capacity request (alternative.capKey), what the
 	// devices offer it when nothing holds them.
-	idle map[string]*idleFit
+	idle map[unique.Handle[string]]*idleFit
 	// ids are the devices' IDs.
 	ids []structured.DeviceID
 }
@@ -261,14 +262,15 @@ func readState(cs fwk.CycleState) (*state, error) {
 // alternative is one way to satisfy a request: the request itself, or one
 // of its firstAvailable subrequests.
 type alternative struct {
-	// exprs are the class's selectors, then the request's; key joins them.
+	// exprs are the class's selectors, then the request's; key joins them
+	// (interned: the caches are looked up by it for every node).
 	exprs []string
-	key   string
+	key   unique.Handle[string]
 	count int64
 	// requests are the capacities the alternative asks for, in
 	// milli-units; capKey names them.
 	requests map[resourceapi.QualifiedName]int64
-	capKey   string
+	capKey   unique.Handle[string]
 }
 
 // requirement is one request of an unallocated claim: some alternative
@@ -344,7 +346,7 @@ func (p *Plugin) requirement(claim string, r resourceapi.DeviceRequest) (require
 				alt.exprs = append(alt.exprs, s.CEL.Expression)
 			}
 		}
-		alt.key = strings.Join(alt.exprs, "\x00")
+		alt.key = unique.Make(strings.Join(alt.exprs, "\x00"))
 		if sub.Capacity != nil && len(sub.Capacity.Requests) > 0 {
 			alt.requests = map[resourceapi.QualifiedName]int64{}
 			var parts []string
@@ -353,7 +355,9 @@ func (p *Plugin) requirement(claim string, r resourceapi.DeviceRequest) (require
 				parts = append(parts, fmt.Sprintf("%s=%d", n, alt.requests[n]))
 			}
 			sort.Strings(parts)
-			alt.capKey = strings.Join(parts, ",")
+			alt.capKey = unique.Make(strings.Join(parts, ","))
+		} else {
+			alt.capKey = unique.Make("")
 		}
 		req.alts = append(req.alts, alt)
 	}
@@ -424,21 +428,9 @@ func (p *Plugin) prepare(ctx context.Context, cs fwk.CycleState, reqs []requirem
 // returns why the node cannot satisfy some requirement, "" if it can.
 func (p *Plugin) verdict(ctx context.Context, c *check, node string) string {
 	counts := make([]int64, c.offset[len(c.reqs)])
-	type pick struct {
-		sel  []bool
-		idle *idleFit
-	}
 	picks := make([]pick, len(counts))
 	for _, slice := range c.local[node] {
-		p.mu.Lock()
-		m := p.sliceMatches(slice)
-		for i, r := range c.reqs {
-			for j, alt := range r.alts {
-				picks[c.offset[i]+j] = pick{p.selection(ctx, m, slice, alt), p.idleFits(m, slice, alt)}
-			}
-		}
-		ids := m.ids
-		p.mu.Unlock()
+		ids := p.picks(ctx, c, slice, picks)
 		for i, r := range c.reqs {
 			if c.unchecked[i] {
 				continue
@@ -474,6 +466,49 @@ func (p *Plugin) verdict(ctx context.Context, c *check, node string) string {
 	return ""
 }
 
+// pick is what a slice offers one alternative: which devices its
+// selectors select, and which could take its capacity requests.
+type pick struct {
+	sel  []bool
+	idle *idleFit
+}
+
+// picks fills in what the slice offers each alternative of the check,
+// from the cache, and returns the slice's device IDs. Filter runs on
+// many nodes at once: a read lock serves the cached case, and only a
+// slice or alternative not seen before takes the write lock.
+func (p *Plugin) picks(ctx context.Context, c *check, slice *resourceapi.ResourceSlice, picks []pick) []structured.DeviceID {
+	p.mu.RLock()
+	if m := p.matches[slice.Name]; m != nil && m.current(slice) {
+		cached := true
+		for i, r := range c.reqs {
+			for j, alt := range r.alts {
+				sel, ok := m.byKey[alt.key]
+				idle, ok2 := m.idle[alt.capKey]
+				if !ok || !ok2 {
+					cached = false
+					break
+				}
+				picks[c.offset[i]+j] = pick{sel, idle}
+			}
+		}
+		if cached {
+			p.mu.RUnlock()
+			return m.ids
+		}
+	}
+	p.mu.RUnlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := p.sliceMatches(slice)
+	for i, r := range c.reqs {
+		for j, alt := range r.alts {
+			picks[c.offset[i]+j] = pick{p.selection(ctx, m, slice, alt), p.idleFits(m, slice, alt)}
+		}
+	}
+	return m.ids
+}
+
 func reason(r requirement, have int64) string {
 	if len(r.alts) == 1 {
 		return fmt.Sprintf("claim %s, request %s: %d free matching devices on the node, needs %d", r.claim, r.request, have, r.alts[0].count)
@@ -484,8 +519,8 @@ func reason(r requirement, have int64) string {
 // sliceMatches returns the cache of a slice version. Callers hold p.mu.
 func (p *Plugin) sliceMatches(slice *resourceapi.ResourceSlice) *sliceMatches {
 	m := p.matches[slice.Name]
-	if m == nil || m.uid != slice.UID || m.resourceVersion != slice.ResourceVersion || slice.ResourceVersion == "" {
-		m = &sliceMatches{uid: slice.UID, resourceVersion: slice.ResourceVersion, byExpr: map[string][]bool{}, byKey: map[string][]bool{}, idle: map[string]*idleFit{}}
+	if m == nil || !m.current(slice) {
+		m = &sliceMatches{uid: slice.UID, resourceVersion: slice.ResourceVersion, byExpr: map[string][]bool{}, byKey: map[unique.Handle[string]][]bool{}, idle: map[unique.Handle[string]]*idleFit{}}
 		m.ids = make([]structured.DeviceID, len(slice.Spec.Devices))
 		for i := range slice.Spec.Devices {
 			m.ids[i] = structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, slice.Spec.Devices[i].Name)
@@ -493,6 +528,12 @@ func (p *Plugin) sliceMatches(slice *resourceapi.ResourceSlice) *sliceMatches {
 		p.matches[slice.Name] = m
 	}
 	return m
+}
+
+// current tells whether the cache is of this version of the slice. A
+// slice without a resourceVersion (a test's) is never cached.
+func (m *sliceMatches) current(slice *resourceapi.ResourceSlice) bool {
+	return m.uid == slice.UID && m.resourceVersion == slice.ResourceVersion && slice.ResourceVersion != ""
 }
 
 // selection tells, per device of the slice, whether all of the
@@ -529,7 +570,7 @@ func (p *Plugin) selection(ctx context.Context, m *sliceMatches, slice *resource
 	}
 	if len(m.byKey) >= maxCachedSelections {
 		// Claims with ever new selectors: start over rather than grow.
-		m.byKey, m.byExpr = map[string][]bool{}, map[string][]bool{}
+		m.byKey, m.byExpr = map[unique.Handle[string]][]bool{}, map[string][]bool{}
 	}
 	m.byKey[alt.key] = sel
 	return sel
@@ -565,7 +606,7 @@ func (p *Plugin) idleFits(m *sliceMatches, slice *resourceapi.ResourceSlice, alt
 		fit.needs[d], fit.fits[d] = p.needs(&slice.Spec.Devices[d], alt)
 	}
 	if len(m.idle) >= maxCachedSelections {
-		m.idle = map[string]*idleFit{}
+		m.idle = map[unique.Handle[string]]*idleFit{}
 	}
 	m.idle[alt.capKey] = fit
 	return fit

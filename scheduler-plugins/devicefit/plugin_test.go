@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -106,8 +107,9 @@ func newPlugin(t testing.TB, dra fwk.SharedDRAManager) *Plugin {
 	return p.(*Plugin)
 }
 
-// verdicts runs PreFilter and Filter on every node and returns each
-// node's Filter status, or nil when PreFilter skipped the pod.
+// verdicts runs PreFilter and Filter on every node, the nodes at once as
+// kube-scheduler filters them, and returns each node's Filter status, or
+// nil when PreFilter skipped the pod.
 func verdicts(t *testing.T, p *Plugin, pod *corev1.Pod, nodes []fwk.NodeInfo) (map[string]*fwk.Status, fwk.CycleState) {
 	t.Helper()
 	cs := framework.NewCycleState()
@@ -122,9 +124,17 @@ func verdicts(t *testing.T, p *Plugin, pod *corev1.Pod, nodes []fwk.NodeInfo) (m
 		t.Fatalf("PreFilter: %v", st)
 	}
 	out := map[string]*fwk.Status{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for _, ni := range nodes {
-		out[ni.Node().Name] = p.Filter(t.Context(), cs, pod, ni)
+		wg.Go(func() {
+			st := p.Filter(t.Context(), cs, pod, ni)
+			mu.Lock()
+			defer mu.Unlock()
+			out[ni.Node().Name] = st
+		})
 	}
+	wg.Wait()
 	return out, cs
 }
 

@@ -80,6 +80,11 @@ type Plugin struct {
 	mu   sync.Mutex
 	hist *fragment.Histogram
 	seen map[types.UID]bool
+	// mix is the workload last built from hist, shapes how many shapes
+	// it had then, and stale how many pods were observed since.
+	mix    *fragment.Workload
+	shapes int
+	stale  int
 }
 
 var (
@@ -245,9 +250,19 @@ func (p *Plugin) observe(uid types.UID, t fragment.Task) *fragment.Workload {
 		}
 		p.seen[uid] = true
 		p.hist.Observe(t)
+		p.stale++
 	}
-	return p.hist.Workload(p.opts)
+	// Building the mix merges every shape: it is rebuilt when a shape is
+	// new, and otherwise after rebuildEvery pods, whose weight moves the
+	// mix by a few thousandths at the default half-life.
+	if p.mix == nil || p.hist.Len() != p.shapes || p.stale >= rebuildEvery {
+		p.mix, p.shapes, p.stale = p.hist.Workload(p.opts), p.hist.Len(), 0
+	}
+	return p.mix
 }
+
+// rebuildEvery is how many pods the mix may be behind by.
+const rebuildEvery = 32
 
 func (p *Plugin) classes() ([]*resourceapi.DeviceClass, error) {
 	if p.dra == nil {

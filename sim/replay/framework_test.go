@@ -554,10 +554,11 @@ func TestNodesToFind(t *testing.T) {
 		want       int
 	}{
 		{0, 50, 50},       // fewer than 100: all
-		{0, 1523, 578},    // openb: 50 - 12 = 38 %
+		{0, 1213, 497},    // openb: 50 - 9 = 41 %
 		{0, 5000, 500},    // 10 %
 		{0, 10000, 500},   // at least 5 %
-		{100, 1523, 1523}, // every node
+		{100, 1213, 1213}, // every node
+		{10, 1213, 121},   // the strata profile on openb
 		{30, 200, 100},    // never fewer than 100
 	} {
 		if got := nodesToFind(tc.percentage, tc.nodes); got != tc.want {

@@ -5,11 +5,15 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/utils/ptr"
 
 	"github.com/strata-sh/strata/internal/testutil"
 	"github.com/strata-sh/strata/scheduler-plugins/internal/devicecount"
@@ -42,6 +46,73 @@ func BenchmarkNodes(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := c.Nodes(ctx, nil, cls, nodes, true); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAllocatedState reads the allocated state of n nodes of 8
+// GPUs, half of each node's GPUs held in two shares each, after one
+// claim's allocation went in flight or was given up (so that each read
+// finds a change, as between two scheduling cycles): through the
+// tracker, and as the DRA manager's GatherAllocatedState copies it.
+func BenchmarkAllocatedState(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		_, ctx := ktesting.NewTestContext(b)
+		var objs []runtime.Object
+		for i := range n {
+			name := fmt.Sprintf("node-%04d", i)
+			objs = append(objs, dct.GPUSlice(name, 8))
+			for gpu := range 4 {
+				for half := range 2 {
+					claim := testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Claim("default", fmt.Sprintf("%s-%d-%d", name, gpu, half))
+					claim = dct.Allocate(claim, name, gpu)
+					r := &claim.Status.Allocation.Devices.Results[0]
+					r.ShareID = ptr.To(types.UID(claim.Name))
+					r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"cores": resource.MustParse("50"), "memory": resource.MustParse("8Gi")}
+					objs = append(objs, claim)
+				}
+			}
+		}
+		pending := testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Claim("default", "pending")
+		pending.UID = "pending"
+		objs = append(objs, pending)
+		m := dct.DRAManager(ctx, b, objs...)
+		fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+		inFlight := dct.Allocate(pending, "node-0000", 7)
+		toggle := func(i int) {
+			if i%2 == 0 {
+				if err := m.ResourceClaims().SignalClaimPendingAllocation(pending.UID, inFlight); err != nil {
+					b.Fatal(err)
+				}
+			} else {
+				m.ResourceClaims().MaybeRemoveClaimPendingAllocation(pending.UID, true)
+			}
+		}
+		b.Run(fmt.Sprintf("nodes=%d/tracker", n), func(b *testing.B) {
+			tracker := devicecount.NewAllocated(m, fts.EnableDRAConsumableCapacity)
+			if _, err := tracker.State(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				toggle(i)
+				i++
+				if _, err := tracker.State(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("nodes=%d/GatherAllocatedState", n), func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				toggle(i)
+				i++
+				if _, err := m.ResourceClaims().GatherAllocatedState(); err != nil {
 					b.Fatal(err)
 				}
 			}
