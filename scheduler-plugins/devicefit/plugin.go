@@ -427,8 +427,16 @@ func (p *Plugin) prepare(ctx context.Context, cs fwk.CycleState, reqs []requirem
 // verdict counts each alternative's free matching devices on a node and
 // returns why the node cannot satisfy some requirement, "" if it can.
 func (p *Plugin) verdict(ctx context.Context, c *check, node string) string {
-	counts := make([]int64, c.offset[len(c.reqs)])
-	picks := make([]pick, len(counts))
+	// Filter runs once per node searched: a pod's alternatives usually
+	// fit in these buffers, which stay on the stack.
+	var countBuf [8]int64
+	var pickBuf [8]pick
+	n := c.offset[len(c.reqs)]
+	counts, picks := countBuf[:0], pickBuf[:0]
+	if n > len(countBuf) {
+		counts, picks = make([]int64, 0, n), make([]pick, 0, n)
+	}
+	counts, picks = counts[:n], picks[:n]
 	for _, slice := range c.local[node] {
 		ids := p.picks(ctx, c, slice, picks)
 		for i, r := range c.reqs {
