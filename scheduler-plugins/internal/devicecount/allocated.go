@@ -16,18 +16,27 @@ import (
 // Allocated keeps what every claim the scheduler knows holds: the
 // devices allocated to claims, the shares of devices that allow several
 // allocations, and what those shares consume. It is the state the DRA
-// manager's GatherAllocatedState returns, kept up to date across
-// scheduling cycles instead of copied whole in each one.
+// manager's GatherAllocatedState returns.
 //
-// Why: GatherAllocatedState deep-copies the consumed capacity of every
-// shared device in the cluster, a map per device, for each call. At a
-// thousand GPU nodes with most GPUs shared that is most of a pod's
-// PreFilter time, and DynamicResources already pays it once per pod.
-// Allocated instead walks the claims (pointers, no copies), redoes the
-// bookkeeping only for claims whose allocation changed, and hands out a
-// fresh read-only state only when something did change.
+// It gets that state one of two ways, whichever costs less on the
+// cluster as it is:
 //
-// What it reads is what GatherAllocatedState reads: claims as the
+//   - It copies it from the DRA manager. The manager keeps the sets of
+//     devices up to date itself, so the copy is cheap, except for the
+//     consumed capacity of shared devices: a map per device, deep-copied
+//     on every call.
+//   - It walks the claims (pointers, no copies), redoes the bookkeeping
+//     only for claims whose allocation changed, and hands out a fresh
+//     read-only state only when something did change. The walk costs a
+//     little per claim, changed or not.
+//
+// So it walks where shared devices with consumed capacity are many and
+// a fair share of what is held (at a thousand GPU nodes with most GPUs
+// shared, the copy is most of a pod's PreFilter time, and DynamicResources
+// already pays it once per pod), and copies otherwise: on a cluster of
+// whole devices the walk would cost more than the copy it saves.
+//
+// What a walk reads is what GatherAllocatedState reads: claims as the
 // scheduler's assume cache holds them (informer objects, or the version
 // the scheduler wrote), and the allocations still in flight (reserved
 // for a pod being bound, not yet written). Admin-access results are not
@@ -39,6 +48,11 @@ type Allocated struct {
 	consumable bool
 
 	mu sync.Mutex
+	// walking says that the state comes from walking the claims, not
+	// from the DRA manager's copy; walkFrom is how many shared devices
+	// with consumed capacity it takes to start walking (see wantWalk).
+	walking  bool
+	walkFrom int
 	// claims holds the claims that hold devices, by UID; objects holds
 	// the same claim objects, so that an unchanged claim is found by its
 	// pointer (informer objects are never changed in place) without
@@ -95,6 +109,7 @@ func NewAllocated(dra fwk.SharedDRAManager, consumable bool) *Allocated {
 	return &Allocated{
 		dra:        dra,
 		consumable: consumable,
+		walkFrom:   walkFrom,
 		claims:     map[types.UID]claimAllocation{},
 		objects:    map[*resourceapi.ResourceClaim]struct{}{},
 		inFlight:   map[types.UID]*resourceapi.AllocationResult{},
@@ -106,15 +121,88 @@ func NewAllocated(dra fwk.SharedDRAManager, consumable bool) *Allocated {
 	}
 }
 
+// walkFrom is how many shared devices with consumed capacity it takes
+// for the tracker to walk the claims: below it, the DRA manager's copy
+// costs a few microseconds whatever the cluster.
+const walkFrom = 32
+
 // State returns the current allocated state. The caller must not change
 // it; it stays as it is when later claims change.
 func (a *Allocated) State() (*Snapshot, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.walking {
+		s, err := a.copied()
+		if err != nil || !a.wantWalk(s.AllocatedState) {
+			return s, err
+		}
+		a.walking = true
+	}
+	s, err := a.walk()
+	if err == nil && !a.wantWalk(s.AllocatedState) {
+		a.stopWalking()
+	}
+	return s, err
+}
+
+// wantWalk says whether walking the claims is cheaper than copying the
+// DRA manager's state, judged from the last state. A copy costs most for
+// each shared device with consumed capacity (a map deep-copied, about a
+// microsecond), a walk a little for every claim (a lookup, about a sixth
+// of that); held devices and shares stand for the claims. The bar to
+// stop walking is lower than the one to start, so that a cluster near
+// the bar does not switch, and start the walk from nothing, every cycle.
+func (a *Allocated) wantWalk(s *structured.AllocatedState) bool {
+	shared := len(s.AggregatedCapacity)
+	held := len(s.AllocatedDevices) + len(s.AllocatedSharedDeviceIDs)
+	if a.walking {
+		return shared >= a.walkFrom/2 && 8*shared >= held
+	}
+	return shared >= a.walkFrom && 4*shared >= held
+}
+
+// copied returns the DRA manager's copy of the state. The manager
+// refuses a copy that a concurrent change made inconsistent; that is
+// rare, and the next try succeeds.
+func (a *Allocated) copied() (*Snapshot, error) {
+	var s *structured.AllocatedState
+	var err error
+	for range 100 {
+		if s, err = a.dra.ResourceClaims().GatherAllocatedState(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gather the allocated devices: %w", err)
+	}
+	out := &Snapshot{AllocatedState: s, Milli: make(map[structured.DeviceID][]CapacityMilli, len(s.AggregatedCapacity))}
+	for id, used := range s.AggregatedCapacity {
+		if !used.Empty() {
+			out.Milli[id] = a.inMilli(used)
+		}
+	}
+	return out, nil
+}
+
+// stopWalking forgets the claims; a later walk starts from nothing.
+func (a *Allocated) stopWalking() {
+	a.walking = false
+	a.state = nil
+	clear(a.claims)
+	clear(a.objects)
+	clear(a.inFlight)
+	a.whole = sets.New[structured.DeviceID]()
+	a.shared = sets.New[structured.SharedDeviceID]()
+	a.consumed = structured.ConsumedCapacityCollection{}
+	a.milli = map[structured.DeviceID][]CapacityMilli{}
+}
+
+// walk brings the state up to date with the claims and returns it.
+func (a *Allocated) walk() (*Snapshot, error) {
 	claims, err := a.dra.ResourceClaims().List()
 	if err != nil {
 		return nil, fmt.Errorf("list ResourceClaims: %w", err)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	held := 0
 	for _, claim := range claims {
 		result, pending := claim.Status.Allocation, false
@@ -236,7 +324,9 @@ func (a *Allocated) apply(result *resourceapi.AllocationResult, whole sets.Set[s
 		} else {
 			used.Sub(change)
 		}
-		if !add && used.Empty() {
+		if used.Empty() {
+			// Nothing consumed, as if no entry: the DRA manager keeps or
+			// drops such an entry depending on the order of events.
 			delete(consumed, id)
 			delete(milli, id)
 		} else {

@@ -31,7 +31,10 @@ import (
 // through a random run of claim changes: whole devices and shares
 // allocated, allocations in flight and then written or given up, admin
 // access, claims deallocated and deleted. A state handed out earlier
-// does not change afterwards.
+// does not change afterwards. The bar for walking the claims moves
+// between low and out of reach every ten steps, so that each run
+// switches between walking them and copying the DRA manager's state,
+// both ways, with claims in every state.
 func TestAllocatedFollowsTheClaims(t *testing.T) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { allocatedFollowsTheClaims(t, seed) })
@@ -46,6 +49,7 @@ func allocatedFollowsTheClaims(t *testing.T, seed uint64) {
 		t.Fatal("DRAConsumableCapacity is off: the shares would not be tracked as shares")
 	}
 	tracker := devicecount.NewAllocated(m, consumable)
+	walked, copiedAfterWalk := false, false
 	claims := client.ResourceV1().ResourceClaims("default")
 	rng := rand.New(rand.NewPCG(seed, 14))
 
@@ -128,6 +132,11 @@ func allocatedFollowsTheClaims(t *testing.T, seed uint64) {
 		t.Fatal(err)
 	}
 	for step := range 120 {
+		if step%20 == 0 {
+			devicecount.SetWalkFrom(tracker, 2)
+		} else if step%20 == 10 {
+			devicecount.SetWalkFrom(tracker, 1000)
+		}
 		old, oldDesc := prev, describe(prev.AllocatedState)
 		var what string
 		switch op := rng.IntN(6); {
@@ -207,6 +216,11 @@ func allocatedFollowsTheClaims(t *testing.T, seed uint64) {
 		if err != nil {
 			t.Fatalf("step %d (%s): the tracker's state differs from GatherAllocatedState's (-want +got):\n%s", step, what, cmp.Diff(want, got))
 		}
+		if devicecount.Walking(tracker) {
+			walked = true
+		} else if walked {
+			copiedAfterWalk = true
+		}
 		if diff := cmp.Diff(consumedOf(prev.AllocatedState), milliOf(prev)); diff != "" {
 			t.Fatalf("step %d (%s): Milli differs from AggregatedCapacity (-consumed +milli):\n%s", step, what, diff)
 		}
@@ -216,6 +230,9 @@ func allocatedFollowsTheClaims(t *testing.T, seed uint64) {
 	}
 	if len(live) == 0 {
 		t.Fatal("the run ended with no claims: it exercised little")
+	}
+	if !walked || !copiedAfterWalk {
+		t.Fatalf("the tracker walked the claims: %v, copied after walking: %v; the run should have done both", walked, copiedAfterWalk)
 	}
 }
 
@@ -245,7 +262,9 @@ func milliOf(s *devicecount.Snapshot) map[string]string {
 }
 
 // describe flattens an allocated state: each device or share, with what
-// it consumes.
+// it consumes. A device whose claims consume nothing has no entry: the
+// DRA manager keeps one of zeros or none depending on the order in which
+// it saw the claims, and the allocator reads both alike.
 func describe(s *structured.AllocatedState) map[string]string {
 	out := map[string]string{}
 	for id := range s.AllocatedDevices {
@@ -255,6 +274,9 @@ func describe(s *structured.AllocatedState) map[string]string {
 		out[id.String()] = "share"
 	}
 	for id, used := range s.AggregatedCapacity {
+		if used.Empty() {
+			continue
+		}
 		var parts []string
 		for name, q := range used {
 			parts = append(parts, fmt.Sprintf("%s=%d", name, q.MilliValue()))
