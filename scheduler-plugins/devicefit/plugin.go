@@ -431,45 +431,62 @@ func (p *Plugin) verdict(ctx context.Context, c *check, node string) string {
 	// fit in these buffers, which stay on the stack.
 	var countBuf [8]int64
 	var pickBuf [8]pick
+	var doneBuf [8]bool
 	n := c.offset[len(c.reqs)]
-	counts, picks := countBuf[:0], pickBuf[:0]
+	counts, picks, done := countBuf[:0], pickBuf[:0], doneBuf[:0]
 	if n > len(countBuf) {
 		counts, picks = make([]int64, 0, n), make([]pick, 0, n)
 	}
-	counts, picks = counts[:n], picks[:n]
+	if len(c.reqs) > len(doneBuf) {
+		done = make([]bool, 0, len(c.reqs))
+	}
+	counts, picks, done = counts[:n], picks[:n], done[:len(c.reqs)]
+	// A request is done once one of its alternatives has the devices it
+	// asks for; the node passes when every checked request is done, and
+	// the rest of its devices need not be looked at.
+	remaining := 0
+	for i := range c.reqs {
+		done[i] = c.unchecked[i]
+		if !done[i] {
+			remaining++
+		}
+	}
 	for _, slice := range c.local[node] {
+		if remaining == 0 {
+			return ""
+		}
 		ids := p.picks(ctx, c, slice, picks)
 		for i, r := range c.reqs {
-			if c.unchecked[i] {
+			if done[i] {
 				continue
 			}
-			for j := range r.alts {
+		alternatives:
+			for j, alt := range r.alts {
 				k := c.offset[i] + j
 				sel, idle := picks[k].sel, picks[k].idle
 				for d := range slice.Spec.Devices {
 					if sel[d] && idle.fits[d] && p.free(c.allocated, ids[d], &slice.Spec.Devices[d], idle.needs[d]) {
 						counts[k]++
+						if counts[k] >= alt.count {
+							done[i] = true
+							remaining--
+							break alternatives
+						}
 					}
 				}
 			}
 		}
 	}
+	// The requests not done have every alternative counted in full.
 	for i, r := range c.reqs {
-		if c.unchecked[i] {
+		if done[i] {
 			continue
 		}
 		var have int64
-		for j, alt := range r.alts {
-			n := counts[c.offset[i]+j]
-			if n >= alt.count {
-				have = -1
-				break
-			}
-			have = max(have, n)
+		for j := range r.alts {
+			have = max(have, counts[c.offset[i]+j])
 		}
-		if have >= 0 {
-			return reason(r, have)
-		}
+		return reason(r, have)
 	}
 	return ""
 }

@@ -399,35 +399,8 @@ func allocates(ctx context.Context, t *testing.T, dra fwk.SharedDRAManager, allo
 // GPUs, half of them allocated, one whole-GPU claim to check.
 func BenchmarkPreFilter(b *testing.B) {
 	for _, shared := range []bool{false, true} {
-		name := "whole"
-		if shared {
-			name = "shared"
-		}
-		b.Run(name, func(b *testing.B) {
-			objects := classes()
-			var names []string
-			for n := range 200 {
-				node := fmt.Sprintf("node-%d", n)
-				names = append(names, node)
-				if shared {
-					objects = append(objects, sharedSlice(node, 10, "A100"))
-					for g := range 5 {
-						objects = append(objects, share(fmt.Sprintf("%s-held-%d", node, g), node, g, "50", "8Gi"))
-					}
-					continue
-				}
-				objects = append(objects, dct.GPUSlice(node, 10))
-				for g := range 5 {
-					objects = append(objects, dct.Allocate(testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Claim("default", fmt.Sprintf("%s-held-%d", node, g)), node, g))
-				}
-			}
-			claim := testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Claim("default", "new")
-			if shared {
-				claim = testutil.MakeClaimSpec().Request("gpu", sharedClass, 1).Capacity(map[string]string{"cores": "30", "memory": "4Gi"}).Claim("default", "new")
-			}
-			objects = append(objects, claim)
-			p := newPlugin(b, dct.DRAManager(b.Context(), b, objects...))
-			pod, nodes := podWith(claim), nodeInfos(names...)
+		b.Run(benchName(shared), func(b *testing.B) {
+			p, pod, nodes := benchCluster(b, shared)
 			b.ResetTimer()
 			for range b.N {
 				if _, st := p.PreFilter(b.Context(), framework.NewCycleState(), pod, nodes); !st.IsSuccess() {
@@ -436,4 +409,64 @@ func BenchmarkPreFilter(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkFilter is a pod's PreFilter and then Filter on each of the
+// 200 nodes of BenchmarkPreFilter, one after the other: the plugin's
+// whole cost for a pod when kube-scheduler searches every node.
+func BenchmarkFilter(b *testing.B) {
+	for _, shared := range []bool{false, true} {
+		b.Run(benchName(shared), func(b *testing.B) {
+			p, pod, nodes := benchCluster(b, shared)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				cs := framework.NewCycleState()
+				if _, st := p.PreFilter(b.Context(), cs, pod, nodes); !st.IsSuccess() {
+					b.Fatal(st)
+				}
+				for _, ni := range nodes {
+					if st := p.Filter(b.Context(), cs, pod, ni); !st.IsSuccess() {
+						b.Fatal(st)
+					}
+				}
+			}
+		})
+	}
+}
+
+func benchName(shared bool) string {
+	if shared {
+		return "shared"
+	}
+	return "whole"
+}
+
+// benchCluster makes the benchmarks' 200 nodes of 10 GPUs, five of
+// each node's GPUs held (whole, or a share each), and the pod's claim.
+func benchCluster(b *testing.B, shared bool) (*Plugin, *corev1.Pod, []fwk.NodeInfo) {
+	objects := classes()
+	var names []string
+	for n := range 200 {
+		node := fmt.Sprintf("node-%d", n)
+		names = append(names, node)
+		if shared {
+			objects = append(objects, sharedSlice(node, 10, "A100"))
+			for g := range 5 {
+				objects = append(objects, share(fmt.Sprintf("%s-held-%d", node, g), node, g, "50", "8Gi"))
+			}
+			continue
+		}
+		objects = append(objects, dct.GPUSlice(node, 10))
+		for g := range 5 {
+			objects = append(objects, dct.Allocate(testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Claim("default", fmt.Sprintf("%s-held-%d", node, g)), node, g))
+		}
+	}
+	claim := testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Claim("default", "new")
+	if shared {
+		claim = testutil.MakeClaimSpec().Request("gpu", sharedClass, 1).Capacity(map[string]string{"cores": "30", "memory": "4Gi"}).Claim("default", "new")
+	}
+	objects = append(objects, claim)
+	p := newPlugin(b, dct.DRAManager(b.Context(), b, objects...))
+	return p, podWith(claim), nodeInfos(names...)
 }
