@@ -29,6 +29,9 @@ never deleted) and prints the unallocated GPU percent when arrivals reach
 The model engine (default) places pods with a --policy: Strata's
 fragmentation measure (package fragment) and others, with the DRA
 allocator's first fit inside a node, without Kubernetes components.
+--policy strata-gpu-choice lets Strata's measure choose a share's GPU
+inside the node too, which the DRA allocator does not allow: it
+measures what device scoring would be worth.
 
 The framework engine schedules every pod through kube-scheduler's
 framework with a --profile (a KubeSchedulerConfiguration: default,
@@ -48,7 +51,7 @@ func runReplay(args []string) error {
 	fs.Usage = func() { fmt.Fprint(os.Stderr, replayUsage); fs.PrintDefaults() }
 	fs.StringVar(&o.TraceDir, "trace-dir", "", "folder with openb_node_list_gpu_node.csv and openb_pod_list_<variant>.csv")
 	fs.StringSliceVar(&o.Variants, "variant", []string{"default"}, "pod lists to replay (openb_pod_list_<variant>.csv); \"all\" for every one in the folder")
-	fs.StringSliceVar(&o.Policies, "policy", replay.ModelPolicies, "model engine policies: "+strings.Join(replay.ModelPolicies, ", "))
+	fs.StringSliceVar(&o.Policies, "policy", replay.ModelPolicies, "model engine policies: "+strings.Join(replay.ModelPolicies, ", ")+"; also "+strings.Join(replay.StudyPolicies, ", "))
 	fs.StringSliceVar(&o.Profiles, "profile", replay.FrameworkProfiles, "framework engine profiles (repeatable): "+strings.Join(replay.FrameworkProfiles, ", "))
 	seeds := fs.String("seeds", "42-51", "seeds, a range A-B or a list")
 	fs.StringVar(&o.OutDir, "out", "", "folder for results.csv and curves.csv")
@@ -128,8 +131,8 @@ func checkEngine(fs *pflag.FlagSet, o *replay.Options) error {
 		}
 		o.Profiles = nil
 		for _, p := range o.Policies {
-			if !slices.Contains(replay.ModelPolicies, p) {
-				return fmt.Errorf("--policy %q is not one of %v", p, replay.ModelPolicies)
+			if !replay.KnownPolicy(p) {
+				return fmt.Errorf("--policy %q is not one of %v", p, slices.Concat(replay.ModelPolicies, replay.StudyPolicies))
 			}
 		}
 	case replay.EngineFramework:

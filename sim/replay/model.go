@@ -24,10 +24,29 @@ const (
 	PolicyBestFit = "bestfit"
 	// PolicyRandom picks a node that fits at random.
 	PolicyRandom = "random"
+	// PolicyStrataGPUChoice is Strata's measure choosing the GPU inside
+	// the node as well: for a share, every GPU with room (one per free
+	// amount) is tried, and the pair of node and GPU whose fragmentation
+	// grows least wins. Strata cannot do this on a cluster: the DRA
+	// allocator picks the first device that fits. It measures what device
+	// scoring in the allocator would be worth.
+	PolicyStrataGPUChoice = "strata-gpu-choice"
+	// PolicyFGDGPUChoice is FGD choosing a share's GPU inside the node
+	// as its authors' simulator does, among the same GPUs.
+	PolicyFGDGPUChoice = "fgd-gpu-choice"
 )
 
-// ModelPolicies lists the model engine's policies.
-var ModelPolicies = []string{PolicyStrata, PolicyFGD, PolicyBestFit, PolicyRandom}
+// ModelPolicies lists the model engine's policies that a replay runs by
+// default; StudyPolicies those it runs only when asked.
+var (
+	ModelPolicies = []string{PolicyStrata, PolicyFGD, PolicyBestFit, PolicyRandom}
+	StudyPolicies = []string{PolicyStrataGPUChoice, PolicyFGDGPUChoice}
+)
+
+// KnownPolicy says whether the model engine has the policy.
+func KnownPolicy(p string) bool {
+	return slices.Contains(ModelPolicies, p) || slices.Contains(StudyPolicies, p)
+}
 
 // ModelResult is one seed's replay.
 type ModelResult struct {
@@ -42,8 +61,8 @@ type ModelResult struct {
 // study a policy; the framework engine checks its figures through the
 // real scheduler.
 func RunModel(nodes []TraceNode, pods []TracePod, policy string, seed uint64) (*ModelResult, error) {
-	if !slices.Contains(ModelPolicies, policy) {
-		return nil, fmt.Errorf("policy %q is not one of %v", policy, ModelPolicies)
+	if !KnownPolicy(policy) {
+		return nil, fmt.Errorf("policy %q is not one of %v", policy, slices.Concat(ModelPolicies, StudyPolicies))
 	}
 	state := make([]fragment.Node, len(nodes))
 	var total int64
@@ -57,9 +76,9 @@ func RunModel(nodes []TraceNode, pods []TracePod, policy string, seed uint64) (*
 	}
 	var w *fragment.Workload
 	switch policy {
-	case PolicyStrata:
+	case PolicyStrata, PolicyStrataGPUChoice:
 		w = TraceWorkload(pods, fragment.DefaultOptions)
-	case PolicyFGD:
+	case PolicyFGD, PolicyFGDGPUChoice:
 		w = TraceWorkload(pods, fragment.Options{Coverage: 0.95, UnreachableOnly: true})
 	}
 	frag := make([]float64, len(state))
@@ -83,6 +102,20 @@ func RunModel(nodes []TraceNode, pods []TracePod, policy string, seed uint64) (*
 			}
 			var score float64
 			switch policy {
+			case PolicyStrataGPUChoice, PolicyFGDGPUChoice:
+				for _, c := range shareChoices(n, t, g) {
+					fragment.Apply(n, t, c, 1)
+					d := w.Fragmentation(n) - frag[i]
+					fragment.Apply(n, t, c, -1)
+					score = -d
+					if policy == PolicyFGDGPUChoice {
+						score = math.Trunc(100 / (1 + math.Exp(d/1000)))
+					}
+					if score > bestScore {
+						best, bestGPUs, bestScore = i, c, score
+					}
+				}
+				continue
 			case PolicyStrata:
 				fragment.Apply(n, t, g, 1)
 				score = -(w.Fragmentation(n) - frag[i])
@@ -116,6 +149,25 @@ func RunModel(nodes []TraceNode, pods []TracePod, policy string, seed uint64) (*
 		res.Curve.Add(p, best >= 0)
 	}
 	return res, nil
+}
+
+// shareChoices returns the GPUs a share could take on the node, first
+// fit's first and then one GPU per other free amount (GPUs with the same
+// free amount leave the node in the same state); other tasks have only
+// first fit's choice (free whole GPUs are all alike).
+func shareChoices(n *fragment.Node, t fragment.Task, first []int) [][]int {
+	out := [][]int{first}
+	if t.GPUs != 1 || t.Milli >= fragment.Whole {
+		return out
+	}
+	seen := []int32{n.GPUs[first[0]]}
+	for i, f := range n.GPUs {
+		if f >= t.Milli && !slices.Contains(seen, f) {
+			seen = append(seen, f)
+			out = append(out, []int{i})
+		}
+	}
+	return out
 }
 
 // Task is a trace pod as the fragment package sees it; memory in bytes.

@@ -3,7 +3,10 @@ package replay
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+
+	"github.com/strata-sh/strata/scheduler-plugins/fragment"
 )
 
 // traceDir is where the openb trace is kept beside the repository; tests
@@ -79,7 +82,7 @@ func TestModelOnTheTrace(t *testing.T) {
 	nodes, pods := readTrace(t, "default")
 	nodes = nodes[:120]
 	got := map[string]float64{}
-	for _, pol := range ModelPolicies {
+	for _, pol := range slices.Concat(ModelPolicies, StudyPolicies) {
 		r, err := RunModel(nodes, pods, pol, 42)
 		if err != nil {
 			t.Fatal(err)
@@ -90,6 +93,28 @@ func TestModelOnTheTrace(t *testing.T) {
 		t.Errorf("unallocated at 100 %%: %v; Strata's is above random's", got)
 	}
 	t.Logf("unallocated at 100 %% on 120 nodes: %v", got)
+}
+
+// A share may take any GPU with room, one per free amount, first fit's
+// first; other tasks have only first fit's GPUs.
+func TestShareChoices(t *testing.T) {
+	n := &fragment.Node{CPU: 64000, Memory: 1 << 40, GPUs: []int32{200, 1000, 300, 1000, 600, 300}}
+	for _, tc := range []struct {
+		task fragment.Task
+		want [][]int
+	}{
+		{fragment.Task{GPUs: 1, Milli: 300}, [][]int{{1}, {2}, {4}}},
+		{fragment.Task{GPUs: 1, Milli: 700}, [][]int{{1}}},
+		{fragment.Task{GPUs: 2, Milli: fragment.Whole}, [][]int{{1, 3}}},
+	} {
+		first, ok := fragment.FirstFit(n, tc.task)
+		if !ok {
+			t.Fatalf("%+v does not fit", tc.task)
+		}
+		if got := shareChoices(n, tc.task, first); !slices.EqualFunc(got, tc.want, slices.Equal) {
+			t.Errorf("%+v: choices %v, want %v", tc.task, got, tc.want)
+		}
+	}
 }
 
 // readTrace reads the openb node list and a variant's pods, or skips the
