@@ -3,6 +3,7 @@ package devicecount
 import (
 	"fmt"
 	"maps"
+	"runtime"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -163,7 +164,7 @@ func (a *Allocated) wantWalk(s *structured.AllocatedState) bool {
 
 // copied returns the DRA manager's copy of the state. The manager
 // refuses a copy that a concurrent change made inconsistent; that is
-// rare, and the next try succeeds.
+// rare, and a later try, once the change's handler has run, succeeds.
 func (a *Allocated) copied() (*Snapshot, error) {
 	var s *structured.AllocatedState
 	var err error
@@ -171,6 +172,7 @@ func (a *Allocated) copied() (*Snapshot, error) {
 		if s, err = a.dra.ResourceClaims().GatherAllocatedState(); err == nil {
 			break
 		}
+		runtime.Gosched()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("gather the allocated devices: %w", err)
