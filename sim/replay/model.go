@@ -102,13 +102,17 @@ func RunModel(nodes []TraceNode, pods []TracePod, policy string, seed uint64) (*
 			}
 			var score float64
 			switch policy {
-			case PolicyStrataGPUChoice, PolicyFGDGPUChoice:
-				for _, c := range shareChoices(n, t, g) {
+			case PolicyStrata, PolicyFGD, PolicyStrataGPUChoice, PolicyFGDGPUChoice:
+				choices := [][]int{g}
+				if policy == PolicyStrataGPUChoice || policy == PolicyFGDGPUChoice {
+					choices = shareChoices(n, t, g)
+				}
+				for _, c := range choices {
 					fragment.Apply(n, t, c, 1)
 					d := w.Fragmentation(n) - frag[i]
 					fragment.Apply(n, t, c, -1)
 					score = -d
-					if policy == PolicyFGDGPUChoice {
+					if policy == PolicyFGD || policy == PolicyFGDGPUChoice {
 						score = math.Trunc(100 / (1 + math.Exp(d/1000)))
 					}
 					if score > bestScore {
@@ -116,15 +120,6 @@ func RunModel(nodes []TraceNode, pods []TracePod, policy string, seed uint64) (*
 					}
 				}
 				continue
-			case PolicyStrata:
-				fragment.Apply(n, t, g, 1)
-				score = -(w.Fragmentation(n) - frag[i])
-				fragment.Apply(n, t, g, -1)
-			case PolicyFGD:
-				fragment.Apply(n, t, g, 1)
-				d := w.Fragmentation(n) - frag[i]
-				fragment.Apply(n, t, g, -1)
-				score = math.Trunc(100 / (1 + math.Exp(d/1000)))
 			case PolicyBestFit:
 				score = -(float64(n.CPU-t.CPU)/128000 + float64(n.Idle()-t.GPUMilli())/8000)
 			case PolicyRandom:

@@ -107,19 +107,14 @@ type claimAllocation struct {
 // says whether devices can be shared (DRAConsumableCapacity), as the
 // allocator is told.
 func NewAllocated(dra fwk.SharedDRAManager, consumable bool) *Allocated {
-	return &Allocated{
+	a := &Allocated{
 		dra:        dra,
 		consumable: consumable,
 		walkFrom:   walkFrom,
-		claims:     map[types.UID]claimAllocation{},
-		objects:    map[*resourceapi.ResourceClaim]struct{}{},
-		inFlight:   map[types.UID]*resourceapi.AllocationResult{},
-		whole:      sets.New[structured.DeviceID](),
-		shared:     sets.New[structured.SharedDeviceID](),
-		consumed:   structured.ConsumedCapacityCollection{},
-		milli:      map[structured.DeviceID][]CapacityMilli{},
 		names:      map[resourceapi.QualifiedName]resourceapi.QualifiedName{},
 	}
+	a.forgetClaims()
+	return a
 }
 
 // walkFrom is how many shared devices with consumed capacity it takes
@@ -189,10 +184,16 @@ func (a *Allocated) copied() (*Snapshot, error) {
 // stopWalking forgets the claims; a later walk starts from nothing.
 func (a *Allocated) stopWalking() {
 	a.walking = false
+	a.forgetClaims()
+}
+
+// forgetClaims empties the walk's bookkeeping. A state handed out keeps
+// the maps it was copied from, so they are replaced, not cleared.
+func (a *Allocated) forgetClaims() {
 	a.state = nil
-	clear(a.claims)
-	clear(a.objects)
-	clear(a.inFlight)
+	a.claims = map[types.UID]claimAllocation{}
+	a.objects = map[*resourceapi.ResourceClaim]struct{}{}
+	a.inFlight = map[types.UID]*resourceapi.AllocationResult{}
 	a.whole = sets.New[structured.DeviceID]()
 	a.shared = sets.New[structured.SharedDeviceID]()
 	a.consumed = structured.ConsumedCapacityCollection{}
