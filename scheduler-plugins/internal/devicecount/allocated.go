@@ -201,17 +201,27 @@ func (a *Allocated) forgetClaims() {
 }
 
 // walk brings the state up to date with the claims and returns it.
+//
+// It takes out every allocation that ended before it adds any new one: a
+// device freed by one claim and given whole to another since the last
+// walk is a set entry that the release would otherwise delete after the
+// new holder inserted it. The DRA manager sees the two in the order they
+// happened, which is always release first.
 func (a *Allocated) walk() (*Snapshot, error) {
 	claims, err := a.dra.ResourceClaims().List()
 	if err != nil {
 		return nil, fmt.Errorf("list ResourceClaims: %w", err)
 	}
-	held := 0
+	// kept counts the claims recorded before that are unchanged; fewer
+	// than are left recorded after the changed ones are forgotten means
+	// some claims are gone.
+	kept := 0
+	var added []claimAllocation
 	for _, claim := range claims {
 		result, pending := claim.Status.Allocation, false
 		if result != nil {
 			if _, same := a.objects[claim]; same {
-				held++
+				kept++
 				continue
 			}
 		} else {
@@ -224,20 +234,16 @@ func (a *Allocated) walk() (*Snapshot, error) {
 			continue
 		case ok && pending && seen.pending && seen.result == result:
 			// Still in flight.
-			held++
+			kept++
 			continue
 		case ok:
 			a.forget(seen)
 		}
-		if result == nil {
-			// Deallocated, or its allocation was given up.
-			continue
+		if result != nil {
+			added = append(added, claimAllocation{claim: claim, result: result, pending: pending})
 		}
-		a.record(claimAllocation{claim: claim, result: result, pending: pending})
-		held++
 	}
-	if held < len(a.claims) {
-		// Some claims that held devices are gone.
+	if kept < len(a.claims) {
 		present := make(sets.Set[types.UID], len(claims))
 		for _, claim := range claims {
 			present.Insert(claim.UID)
@@ -247,6 +253,9 @@ func (a *Allocated) walk() (*Snapshot, error) {
 				a.forget(seen)
 			}
 		}
+	}
+	for _, c := range added {
+		a.record(c)
 	}
 	if a.state == nil {
 		a.state = a.snapshot()

@@ -286,3 +286,104 @@ func describe(s *structured.AllocatedState) map[string]string {
 	}
 	return out
 }
+
+// A device freed by one claim and given whole to another between two
+// walks is held after the second walk, whichever of the two claims the
+// walk meets first. The claims are listed in no fixed order, so the run
+// repeats the hand-over, with both a release and a deletion.
+func TestAllocatedHandsOverInOneWalk(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	m, client := dct.DRAManagerAndClient(ctx, t, dct.GPUSlice("node-a", 8), dct.GPUSlice("node-b", 8))
+	tracker := devicecount.NewAllocated(m, true)
+	devicecount.SetWalkFrom(tracker, 2)
+	claims := client.ResourceV1().ResourceClaims("default")
+	version := 0
+	create := func(name string, gpu int, share bool) *resourceapi.ResourceClaim {
+		t.Helper()
+		c := testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Claim("default", name)
+		c.UID = types.UID(name)
+		node := "node-a"
+		if share {
+			node = "node-b"
+		}
+		a := dct.Allocate(c, node, gpu)
+		if share {
+			r := &a.Status.Allocation.Devices.Results[0]
+			r.ShareID = ptr.To(types.UID("share-" + name))
+			r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"cores": *resource.NewQuantity(10, resource.DecimalSI)}
+		}
+		version++
+		a.ResourceVersion = strconv.Itoa(version)
+		if _, err := claims.Create(ctx, a, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	// seen waits until the DRA manager's cache holds the claim as given,
+	// or no longer holds it.
+	seen := func(c *resourceapi.ResourceClaim, gone bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			got, err := m.ResourceClaims().Get(c.Namespace, c.Name)
+			if gone {
+				return err != nil, nil
+			}
+			return err == nil && got.ResourceVersion == c.ResourceVersion, nil
+		}); err != nil {
+			t.Fatalf("the DRA manager did not see claim %s as written: %v", c.Name, err)
+		}
+	}
+	// same waits until the DRA manager's own bookkeeping, which its
+	// handlers do after the cache has the claim, agrees with the tracker.
+	// The cache already holds every change, so the tracker's state is
+	// final.
+	same := func(round int) {
+		t.Helper()
+		var got, want map[string]string
+		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			s, err := tracker.State()
+			if err != nil {
+				return false, err
+			}
+			w, err := m.ResourceClaims().GatherAllocatedState()
+			if err != nil {
+				return false, nil // changed while gathering
+			}
+			got, want = describe(s.AllocatedState), describe(w)
+			return cmp.Equal(want, got), nil
+		}); err != nil {
+			t.Fatalf("round %d: the tracker's state differs from GatherAllocatedState's (-want +got):\n%s", round, cmp.Diff(want, got))
+		}
+	}
+	seen(create("share-0", 0, true), false)
+	seen(create("share-1", 1, true), false)
+	holder := create("holder-0", 0, false)
+	seen(holder, false)
+	same(0)
+	if !devicecount.Walking(tracker) {
+		t.Fatal("the tracker copies the DRA manager's state: the test needs it to walk the claims")
+	}
+	for round := 1; round <= 16; round++ {
+		if round%2 == 0 {
+			if err := claims.Delete(ctx, holder.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			seen(holder, true)
+		} else {
+			freed := holder.DeepCopy()
+			freed.Status.Allocation = nil
+			version++
+			freed.ResourceVersion = strconv.Itoa(version)
+			if _, err := claims.UpdateStatus(ctx, freed, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			seen(freed, false)
+		}
+		holder = create(fmt.Sprintf("holder-%d", round), 0, false)
+		seen(holder, false)
+		same(round)
+		if !devicecount.Walking(tracker) {
+			t.Fatalf("round %d: the tracker stopped walking the claims", round)
+		}
+	}
+}
