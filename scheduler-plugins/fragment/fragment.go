@@ -29,6 +29,20 @@
 // step. A placement is scored by how much it raises the node's
 // fragmentation: the lower the better.
 //
+// # MIG instances
+//
+// A GPU that can be partitioned (NVIDIA MIG under the plugin's dynamic
+// mode) has memory slices, and a MIG profile may start its instances only
+// at some slices (NVML's placement table). A task may ask for one
+// instance of a profile; a GPU hosts it when one of the profile's
+// placements is free and the GPU is not held whole or in shares (those
+// draw on every slice, so the two uses exclude each other, as the
+// plugin's counters make the allocator see them). An instance's share is
+// its slices' share of the GPU. For other shapes, a GPU with instances
+// has no room at all and its free slices are lost; for a profile, the
+// free slices that its placements cannot cover are (seven 1g instances
+// leave the eighth slice of an A100 unused).
+//
 // # Placement inside a node
 //
 // The DRA allocator, not the scorer, picks a node's GPUs: it takes the
@@ -37,6 +51,7 @@
 package fragment
 
 import (
+	"math/bits"
 	"slices"
 	"sort"
 )
@@ -51,17 +66,57 @@ type Node struct {
 	// Model is the node's GPU model, matched against Task.Models.
 	Model string
 	// GPUs is each GPU's free share in milli (0 to Whole), in the order
-	// the DRA allocator tries them.
+	// the DRA allocator tries them; 0 for a GPU with MIG instances.
 	GPUs []int32
+	// MIG is the GPUs' partition layout where they can be partitioned
+	// (all GPUs of a node are one model); nil otherwise.
+	MIG *MIGLayout
+	// Slices holds, per GPU, the memory slices its MIG instances take
+	// (bit i for slice i); only with MIG.
+	Slices []uint32
+}
+
+// MIGLayout is how a GPU model is partitioned: its memory slices and the
+// placements of each MIG profile.
+type MIGLayout struct {
+	// Slices is the number of memory slices of a GPU (at most 32).
+	Slices int
+	// Profiles holds each profile's placements as slice masks, in the
+	// order the allocator tries them, which must be by first slice: all
+	// placements of a profile take the same number of slices, listed by
+	// where they start, as NVML lists them and the plugin publishes them.
+	Profiles map[string][]uint32
+}
+
+// Placement is the slice mask of a MIG placement that starts at start and
+// takes size slices.
+func Placement(start, size int) uint32 {
+	return (1<<size - 1) << start
 }
 
 // Idle is the node's free GPU in milli.
 func (n *Node) Idle() int64 {
 	var s int64
-	for _, f := range n.GPUs {
-		s += int64(f)
+	for i := range n.GPUs {
+		s += n.idleOf(i)
 	}
 	return s
+}
+
+// idleOf is a GPU's free GPU in milli: its free share, or the free
+// slices of a GPU with MIG instances.
+func (n *Node) idleOf(i int) int64 {
+	if n.MIG == nil || n.Slices[i] == 0 {
+		return int64(n.GPUs[i])
+	}
+	free := n.MIG.Slices - bits.OnesCount32(n.Slices[i])
+	return int64(free) * Whole / int64(n.MIG.Slices)
+}
+
+// partitionable says whether GPU i may take a MIG instance: it has
+// instances already, or nothing at all.
+func (n *Node) partitionable(i int) bool {
+	return n.Slices[i] != 0 || n.GPUs[i] == Whole
 }
 
 // Task is what one pod asks for.
@@ -74,6 +129,10 @@ type Task struct {
 	Milli int32
 	// Models are the GPU models the task accepts; empty accepts any.
 	Models []string
+	// Profile, if set, is the MIG profile of the instances the task asks
+	// for; GPUs is then how many instances (on any GPUs) and Milli an
+	// instance's share of a GPU.
+	Profile string
 }
 
 // GPUMilli is the task's GPU demand in milli.
@@ -83,36 +142,84 @@ func (t Task) accepts(model string) bool {
 	return len(t.Models) == 0 || slices.Contains(t.Models, model)
 }
 
-// FirstFit returns the GPUs the DRA allocator would give the task on the
-// node (the first ones, in order, with room for its share), or false if
+// Fit is where a task goes on a node: its GPUs, and for MIG instances
+// the slices each takes on its GPU (Slices[k] on GPUs[k]; a GPU may be
+// listed once per instance).
+type Fit struct {
+	GPUs   []int
+	Slices []uint32
+}
+
+// FirstFit returns what the DRA allocator would give the task on the node
+// (the first GPUs, in order, with room for its share; for MIG instances
+// the first free placements of their profile, GPU by GPU), or false if
 // the node cannot host it.
-func FirstFit(n *Node, t Task) ([]int, bool) {
+func FirstFit(n *Node, t Task) (Fit, bool) {
 	if t.CPU > n.CPU || t.Memory > n.Memory {
-		return nil, false
+		return Fit{}, false
 	}
 	if t.GPUs == 0 {
-		return nil, true
+		return Fit{}, true
 	}
 	if !t.accepts(n.Model) {
-		return nil, false
+		return Fit{}, false
+	}
+	if t.Profile != "" {
+		return firstPlacements(n, t)
 	}
 	got := make([]int, 0, t.GPUs)
 	for i, f := range n.GPUs {
 		if f >= t.Milli {
 			got = append(got, i)
 			if len(got) == t.GPUs {
-				return got, true
+				return Fit{GPUs: got}, true
 			}
 		}
 	}
-	return nil, false
+	return Fit{}, false
 }
 
-// Apply places (sign 1) or removes (sign -1) the task on the given GPUs.
-func Apply(n *Node, t Task, gpus []int, sign int64) {
+func firstPlacements(n *Node, t Task) (Fit, bool) {
+	if n.MIG == nil {
+		return Fit{}, false
+	}
+	placements := n.MIG.Profiles[t.Profile]
+	var f Fit
+	for i := range n.GPUs {
+		if !n.partitionable(i) {
+			continue
+		}
+		used := n.Slices[i]
+		for _, p := range placements {
+			if used&p != 0 {
+				continue
+			}
+			used |= p
+			f.GPUs, f.Slices = append(f.GPUs, i), append(f.Slices, p)
+			if len(f.GPUs) == t.GPUs {
+				return f, true
+			}
+		}
+	}
+	return Fit{}, false
+}
+
+// Apply places (sign 1) or removes (sign -1) the task where f says.
+func Apply(n *Node, t Task, f Fit, sign int64) {
 	n.CPU -= sign * t.CPU
 	n.Memory -= sign * t.Memory
-	for _, i := range gpus {
+	if f.Slices != nil {
+		for k, i := range f.GPUs {
+			if sign > 0 {
+				n.Slices[i] |= f.Slices[k]
+				n.GPUs[i] = 0
+			} else if n.Slices[i] &^= f.Slices[k]; n.Slices[i] == 0 {
+				n.GPUs[i] = Whole
+			}
+		}
+		return
+	}
+	for _, i := range f.GPUs {
 		n.GPUs[i] -= int32(sign) * t.Milli
 	}
 }
@@ -197,7 +304,7 @@ func mergeShapes(in []Shape) []Shape {
 }
 
 func sameTask(a, b Task) bool {
-	return a.CPU == b.CPU && a.Memory == b.Memory && a.GPUs == b.GPUs && a.Milli == b.Milli && slices.Equal(a.Models, b.Models)
+	return a.CPU == b.CPU && a.Memory == b.Memory && a.GPUs == b.GPUs && a.Milli == b.Milli && a.Profile == b.Profile && slices.Equal(a.Models, b.Models)
 }
 
 // Shapes returns the workload's shapes, heaviest first.
@@ -217,13 +324,13 @@ func (w *Workload) Fragmentation(n *Node) float64 {
 	return f
 }
 
-// Delta is how much placing the task on the given GPUs raises the node's
+// Delta is how much placing the task where f says raises the node's
 // fragmentation (negative if it lowers it).
-func (w *Workload) Delta(n *Node, t Task, gpus []int) float64 {
+func (w *Workload) Delta(n *Node, t Task, f Fit) float64 {
 	before := w.Fragmentation(n)
-	Apply(n, t, gpus, 1)
+	Apply(n, t, f, 1)
 	after := w.Fragmentation(n)
-	Apply(n, t, gpus, -1)
+	Apply(n, t, f, -1)
 	return after - before
 }
 
@@ -236,18 +343,39 @@ func lost(n *Node, t Task, idle int64) (stranded, unreachable int64) {
 	}
 	var byGPU, roomy int64
 	var small int64
-	for _, f := range n.GPUs {
-		if f >= t.Milli {
-			roomy++
-		} else {
-			small += int64(f)
+	if t.Profile != "" {
+		var placements []uint32
+		if n.MIG != nil {
+			placements = n.MIG.Profiles[t.Profile]
 		}
-		if t.Milli < Whole {
-			byGPU += int64(f / t.Milli)
+		if len(placements) == 0 {
+			return idle, idle
 		}
-	}
-	if t.Milli >= Whole {
-		byGPU = roomy / int64(t.GPUs)
+		for i := range n.GPUs {
+			c := 0
+			if n.partitionable(i) {
+				c = instances(n.Slices[i], placements)
+			}
+			if c == 0 {
+				small += n.idleOf(i)
+			}
+			byGPU += int64(c)
+		}
+		byGPU /= int64(t.GPUs)
+	} else {
+		for i, f := range n.GPUs {
+			if f >= t.Milli {
+				roomy++
+			} else {
+				small += n.idleOf(i)
+			}
+			if t.Milli < Whole {
+				byGPU += int64(f / t.Milli)
+			}
+		}
+		if t.Milli >= Whole {
+			byGPU = roomy / int64(t.GPUs)
+		}
 	}
 	copies := byGPU
 	if t.CPU > 0 {
@@ -261,4 +389,19 @@ func lost(n *Node, t Task, idle int64) (stranded, unreachable int64) {
 		return stranded, idle
 	}
 	return stranded, small
+}
+
+// instances is how many instances of a profile fit at once in a GPU's
+// free slices: placements taken greedily in order. Placements of one size
+// listed by start are listed by end too, and taking intervals by earliest
+// end packs the most.
+func instances(used uint32, placements []uint32) int {
+	n := 0
+	for _, p := range placements {
+		if used&p == 0 {
+			used |= p
+			n++
+		}
+	}
+	return n
 }

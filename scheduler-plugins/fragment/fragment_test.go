@@ -38,7 +38,7 @@ func TestFirstFit(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			got, ok := FirstFit(c.n, c.t)
-			if ok != c.ok || !slices.Equal(got, c.want) {
+			if ok != c.ok || !slices.Equal(got.GPUs, c.want) || got.Slices != nil {
 				t.Errorf("FirstFit = %v, %v; want %v, %v", got, ok, c.want, c.ok)
 			}
 		})
@@ -118,7 +118,7 @@ func TestDeltaKeepsCPUPodsOffNeededCPU(t *testing.T) {
 	cpuPod := Task{CPU: 8000, Memory: gi}
 	busy := node(16000, 0, 0)
 	needed := node(16000, 1000, 1000)
-	if db, dn := w.Delta(busy, cpuPod, nil), w.Delta(needed, cpuPod, nil); db != 0 || dn <= 0 {
+	if db, dn := w.Delta(busy, cpuPod, Fit{}), w.Delta(needed, cpuPod, Fit{}); db != 0 || dn <= 0 {
 		t.Errorf("Delta on the full node %v, on the node with idle GPUs %v; want 0 and more", db, dn)
 	}
 }
@@ -156,5 +156,135 @@ func TestHistogramDecays(t *testing.T) {
 	flat.Observe(a)
 	if s := flat.Workload(Options{}).Shapes(); math.Abs(s[0].Weight-2.0/3) > 1e-9 || math.Abs(s[1].Weight-1.0/3) > 1e-9 {
 		t.Errorf("undecayed shapes %+v, want two thirds and a third", s)
+	}
+}
+
+// a100 is the MIG layout of an A100 40GB as NVML lists it: eight memory
+// slices; 1g.5gb may start at slices 0-6, 2g.10gb at 0, 2 and 4, 3g.20gb
+// at 0 and 4, 4g.20gb and 7g.40gb at 0 only.
+var a100 = &MIGLayout{Slices: 8, Profiles: map[string][]uint32{
+	"1g.5gb":  {Placement(0, 1), Placement(1, 1), Placement(2, 1), Placement(3, 1), Placement(4, 1), Placement(5, 1), Placement(6, 1)},
+	"2g.10gb": {Placement(0, 2), Placement(2, 2), Placement(4, 2)},
+	"3g.20gb": {Placement(0, 4), Placement(4, 4)},
+	"4g.20gb": {Placement(0, 4)},
+	"7g.40gb": {Placement(0, 8)},
+}}
+
+// migNode is an A100 node whose GPUs have the given free shares and MIG
+// slices taken.
+func migNode(gpus []int32, used []uint32) *Node {
+	return &Node{CPU: 64000, Memory: 256 * gi, Model: "A100", GPUs: gpus, MIG: a100, Slices: used}
+}
+
+func mig(profile string, milli int32) Task {
+	return Task{CPU: 1000, Memory: gi, GPUs: 1, Milli: milli, Profile: profile}
+}
+
+func TestFirstFitMIG(t *testing.T) {
+	cases := map[string]struct {
+		n    *Node
+		t    Task
+		want Fit
+		ok   bool
+	}{
+		"first placement of a whole GPU": {migNode([]int32{1000, 1000}, []uint32{0, 0}), mig("3g.20gb", 500), Fit{GPUs: []int{0}, Slices: []uint32{0x0f}}, true},
+		"next free placement":            {migNode([]int32{0, 1000}, []uint32{0x0f, 0}), mig("3g.20gb", 500), Fit{GPUs: []int{0}, Slices: []uint32{0xf0}}, true},
+		// 1g.5gb cannot start at slice 7.
+		"no placement on the last slice": {migNode([]int32{0, 1000}, []uint32{0x7f, 0}), mig("1g.5gb", 125), Fit{GPUs: []int{1}, Slices: []uint32{0x01}}, true},
+		// Three instances: the last free one of GPU 0, then GPU 1's.
+		"several instances":  {migNode([]int32{0, 1000}, []uint32{0x3f, 0}), Task{CPU: 1000, GPUs: 3, Milli: 125, Profile: "1g.5gb"}, Fit{GPUs: []int{0, 1, 1}, Slices: []uint32{0x40, 0x01, 0x02}}, true},
+		"too many instances": {migNode([]int32{0}, []uint32{0x01}), Task{CPU: 1000, GPUs: 2, Milli: 500, Profile: "3g.20gb"}, Fit{}, false},
+		// 4g.20gb starts at slice 0 only, which a 1g instance holds.
+		"placements are where NVML allows": {migNode([]int32{0}, []uint32{0x01}), mig("4g.20gb", 500), Fit{}, false},
+		// A GPU held in shares draws on every slice.
+		"not on a shared GPU":       {migNode([]int32{600, 0}, []uint32{0, 0}), mig("1g.5gb", 125), Fit{}, false},
+		"not without MIG":           {node(8000, 1000), mig("1g.5gb", 125), Fit{}, false},
+		"not a profile of the GPU":  {migNode([]int32{1000}, []uint32{0}), mig("1g.10gb", 125), Fit{}, false},
+		"whole GPUs skip instances": {migNode([]int32{0, 1000}, []uint32{0x01, 0}), whole(1, 1000), Fit{GPUs: []int{1}}, true},
+		"shares skip instances":     {migNode([]int32{0, 1000}, []uint32{0x01, 0}), share(300, 1000), Fit{GPUs: []int{1}}, true},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, ok := FirstFit(c.n, c.t)
+			if ok != c.ok || !slices.Equal(got.GPUs, c.want.GPUs) || !slices.Equal(got.Slices, c.want.Slices) {
+				t.Errorf("FirstFit = %+v, %v; want %+v, %v", got, ok, c.want, c.ok)
+			}
+		})
+	}
+}
+
+// Placing and removing instances keeps the GPU's free share and slices
+// consistent: a GPU with instances has no free share, and gets it back
+// whole with its last instance gone.
+func TestApplyMIG(t *testing.T) {
+	n := migNode([]int32{1000}, []uint32{0})
+	a, b := Fit{GPUs: []int{0}, Slices: []uint32{0x0f}}, Fit{GPUs: []int{0}, Slices: []uint32{0x30}}
+	Apply(n, mig("3g.20gb", 500), a, 1)
+	Apply(n, mig("2g.10gb", 250), b, 1)
+	if n.GPUs[0] != 0 || n.Slices[0] != 0x3f || n.Idle() != 250 || n.CPU != 62000 {
+		t.Fatalf("after two instances: %+v, idle %d; want no free share, slices 0x3f, 250 idle", n, n.Idle())
+	}
+	Apply(n, mig("3g.20gb", 500), a, -1)
+	if n.GPUs[0] != 0 || n.Slices[0] != 0x30 || n.Idle() != 750 {
+		t.Fatalf("after one removed: %+v, idle %d; want slices 0x30, 750 idle", n, n.Idle())
+	}
+	Apply(n, mig("2g.10gb", 250), b, -1)
+	if n.GPUs[0] != Whole || n.Slices[0] != 0 || n.Idle() != Whole || n.CPU != 64000 {
+		t.Fatalf("after both removed: %+v; want the GPU whole again", n)
+	}
+}
+
+func TestLostMIG(t *testing.T) {
+	// GPU 0 holds a 3g instance on slices 0-3; GPU 1 is whole; GPU 2 is
+	// held in shares (400 free).
+	n := migNode([]int32{0, 1000, 400}, []uint32{0x0f, 0, 0})
+	idle := n.Idle() // 500 + 1000 + 400
+	cases := map[string]struct {
+		t                     Task
+		stranded, unreachable int64
+	}{
+		// Two on GPU 1, one on GPU 0's free half; the shared GPU is too
+		// small for a 3g instance (it cannot take one at all).
+		"3g.20gb": {mig("3g.20gb", 500), idle - 3*500, 400},
+		// 4g.20gb starts at slice 0 only: GPU 0's free half is lost too.
+		"4g.20gb": {mig("4g.20gb", 500), idle - 500, 500 + 400},
+		// Seven 1g on GPU 1 (slice 7 unused), three on GPU 0 (slices 4-6).
+		"1g.5gb": {mig("1g.5gb", 125), idle - 10*125, 400},
+		// A whole GPU: only GPU 1; GPU 0's free slices are lost to it.
+		"whole GPU": {whole(1, 1000), idle - 1000, 500 + 400},
+		// A 300 share: GPU 1 (three) and GPU 2 (one); GPU 0 is lost.
+		"share":           {share(300, 1000), idle - 4*300, 500},
+		"unknown profile": {mig("1g.10gb", 250), idle, idle},
+		// Two 3g instances per task: three fit, so one task.
+		"two instances": {Task{CPU: 1000, GPUs: 2, Milli: 500, Profile: "3g.20gb"}, idle - 1000, 400},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			st, un := lost(n, c.t, idle)
+			if st != c.stranded || un != c.unreachable {
+				t.Errorf("lost = %d stranded, %d unreachable; want %d, %d", st, un, c.stranded, c.unreachable)
+			}
+		})
+	}
+}
+
+// Where whole GPUs and large instances are the common ask, a small
+// instance goes onto a GPU that already has instances, at the placement
+// that leaves the larger ones room, rather than breaking a whole GPU.
+func TestDeltaPacksInstances(t *testing.T) {
+	w := NewWorkload([]Shape{{whole(1, 1000), 4}, {mig("3g.20gb", 500), 3}, {mig("1g.5gb", 125), 3}}, DefaultOptions)
+	small := mig("1g.5gb", 125)
+	n := migNode([]int32{0, 1000}, []uint32{0x0f, 0})
+	f, ok := FirstFit(n, small)
+	if !ok || f.GPUs[0] != 0 {
+		t.Fatalf("FirstFit = %+v, %v; want GPU 0, which has an instance", f, ok)
+	}
+	onBroken := w.Delta(n, small, f)
+	onWhole := w.Delta(n, small, Fit{GPUs: []int{1}, Slices: []uint32{0x01}})
+	if onBroken >= onWhole {
+		t.Errorf("Delta on the partitioned GPU %v, on the whole one %v; want the partitioned one lower", onBroken, onWhole)
+	}
+	if n.GPUs[1] != Whole || n.Slices[0] != 0x0f || n.Slices[1] != 0 {
+		t.Errorf("Delta changed the node: %+v", n)
 	}
 }

@@ -91,7 +91,7 @@ func RunModel(nodes []TraceNode, pods []TracePod, policy string, seed uint64) (*
 	res := &ModelResult{Seed: seed, Curve: NewCurve(total)}
 	for _, p := range Sample(pods, total, seed) {
 		t := Task(p)
-		best, bestGPUs := -1, []int(nil)
+		best, bestFit := -1, fragment.Fit{}
 		bestScore := math.Inf(-1)
 		fits := 0
 		for i := range state {
@@ -103,7 +103,7 @@ func RunModel(nodes []TraceNode, pods []TracePod, policy string, seed uint64) (*
 			var score float64
 			switch policy {
 			case PolicyStrata, PolicyFGD, PolicyStrataGPUChoice, PolicyFGDGPUChoice:
-				choices := [][]int{g}
+				choices := []fragment.Fit{g}
 				if policy == PolicyStrataGPUChoice || policy == PolicyFGDGPUChoice {
 					choices = shareChoices(n, t, g)
 				}
@@ -116,7 +116,7 @@ func RunModel(nodes []TraceNode, pods []TracePod, policy string, seed uint64) (*
 						score = math.Trunc(100 / (1 + math.Exp(d/1000)))
 					}
 					if score > bestScore {
-						best, bestGPUs, bestScore = i, c, score
+						best, bestFit, bestScore = i, c, score
 					}
 				}
 				continue
@@ -125,16 +125,16 @@ func RunModel(nodes []TraceNode, pods []TracePod, policy string, seed uint64) (*
 			case PolicyRandom:
 				fits++
 				if rng.IntN(fits) == 0 {
-					best, bestGPUs = i, g
+					best, bestFit = i, g
 				}
 				continue
 			}
 			if score > bestScore {
-				best, bestGPUs, bestScore = i, g, score
+				best, bestFit, bestScore = i, g, score
 			}
 		}
 		if best >= 0 {
-			fragment.Apply(&state[best], t, bestGPUs, 1)
+			fragment.Apply(&state[best], t, bestFit, 1)
 			if w != nil {
 				frag[best] = w.Fragmentation(&state[best])
 			}
@@ -150,16 +150,16 @@ func RunModel(nodes []TraceNode, pods []TracePod, policy string, seed uint64) (*
 // fit's first and then one GPU per other free amount (GPUs with the same
 // free amount leave the node in the same state); other tasks have only
 // first fit's choice (free whole GPUs are all alike).
-func shareChoices(n *fragment.Node, t fragment.Task, first []int) [][]int {
-	out := [][]int{first}
-	if t.GPUs != 1 || t.Milli >= fragment.Whole {
+func shareChoices(n *fragment.Node, t fragment.Task, first fragment.Fit) []fragment.Fit {
+	out := []fragment.Fit{first}
+	if t.GPUs != 1 || t.Milli >= fragment.Whole || t.Profile != "" {
 		return out
 	}
-	seen := []int32{n.GPUs[first[0]]}
+	seen := []int32{n.GPUs[first.GPUs[0]]}
 	for i, f := range n.GPUs {
 		if f >= t.Milli && !slices.Contains(seen, f) {
 			seen = append(seen, f)
-			out = append(out, []int{i})
+			out = append(out, fragment.Fit{GPUs: []int{i}})
 		}
 	}
 	return out
