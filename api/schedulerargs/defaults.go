@@ -12,7 +12,8 @@ func (a *NodeResourcesFitPlusArgs) Default() {
 
 // StrataFragmentation defaults.
 var (
-	DefaultFragmentationClasses = []string{"nvidia-gpu.strata.sh", "nvidia-shared.strata.sh"}
+	DefaultFragmentationClasses    = []string{"nvidia-gpu.strata.sh", "nvidia-shared.strata.sh"}
+	DefaultFragmentationMIGClasses = []string{"nvidia-mig.strata.sh"}
 )
 
 const (
@@ -25,6 +26,9 @@ const (
 func (a *StrataFragmentationArgs) Default() {
 	if len(a.DeviceClasses) == 0 {
 		a.DeviceClasses = append([]string(nil), DefaultFragmentationClasses...)
+	}
+	if len(a.MIGDeviceClasses) == 0 {
+		a.MIGDeviceClasses = append([]string(nil), DefaultFragmentationMIGClasses...)
 	}
 	if a.UnreachableWeight == nil {
 		w := DefaultUnreachableWeight

@@ -71,6 +71,12 @@ type StrataFragmentationArgs struct {
 	// requests in a pod's claims are its GPU demand. Default:
 	// nvidia-gpu.strata.sh and nvidia-shared.strata.sh.
 	DeviceClasses []string `json:"deviceClasses,omitempty"`
+	// MIGDeviceClasses whose devices are MIG placements of those GPUs
+	// (devices with "profile", "placementStart" and "placementSize"
+	// attributes that draw on their GPU's counter set, as the NVIDIA
+	// plugin publishes them in dynamic MIG mode), and whose requests in a
+	// pod's claims are its MIG demand. Default: nvidia-mig.strata.sh.
+	MIGDeviceClasses []string `json:"migDeviceClasses,omitempty"`
 	// UnreachableWeight weighs GPU no copy of a task shape can reach
 	// (FGD's fragment) against GPU its packed copies leave stranded, in
 	// percent: 1000 (the default) counts it ten times. 0 to 10000.

@@ -80,14 +80,20 @@ func (a *StrataFragmentationArgs) Validate() field.ErrorList {
 	if len(a.DeviceClasses) == 0 {
 		errs = append(errs, field.Required(p, "the GPUs' DeviceClasses"))
 	}
+	// A class is either the GPUs' or their MIG placements', once.
 	seen := sets.New[string]()
-	for i, c := range a.DeviceClasses {
-		if seen.Has(c) {
-			errs = append(errs, field.Duplicate(p.Index(i), c))
-		}
-		seen.Insert(c)
-		if msgs := validation.IsDNS1123Subdomain(c); len(msgs) > 0 {
-			errs = append(errs, field.Invalid(p.Index(i), c, strings.Join(msgs, "; ")))
+	for _, list := range []struct {
+		path    *field.Path
+		classes []string
+	}{{p, a.DeviceClasses}, {field.NewPath("migDeviceClasses"), a.MIGDeviceClasses}} {
+		for i, c := range list.classes {
+			if seen.Has(c) {
+				errs = append(errs, field.Duplicate(list.path.Index(i), c))
+			}
+			seen.Insert(c)
+			if msgs := validation.IsDNS1123Subdomain(c); len(msgs) > 0 {
+				errs = append(errs, field.Invalid(list.path.Index(i), c, strings.Join(msgs, "; ")))
+			}
 		}
 	}
 	if w := a.UnreachableWeight; w != nil && (*w < 0 || *w > 10000) {

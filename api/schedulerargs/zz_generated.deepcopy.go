@@ -93,6 +93,11 @@ func (in *StrataFragmentationArgs) DeepCopyInto(out *StrataFragmentationArgs) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.MIGDeviceClasses != nil {
+		in, out := &in.MIGDeviceClasses, &out.MIGDeviceClasses
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.UnreachableWeight != nil {
 		in, out := &in.UnreachableWeight, &out.UnreachableWeight
 		*out = new(int32)

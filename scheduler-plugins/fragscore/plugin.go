@@ -13,10 +13,23 @@
 //     A GPU that draws on a counter set with an allocated device (its
 //     MIG instances, under the plugin's dynamic MIG mode) has no free
 //     share: the allocator gives out neither the GPU nor a share of it.
+//   - The MIG placements: the devices of the configured MIG classes that
+//     draw on a GPU's counter set (the plugin's dynamic MIG mode). Their
+//     "profile", "placementStart" and "placementSize" attributes lay out
+//     the GPU's memory slices; the allocated ones are its instances.
+//     Slices that a GPU's placements leave out while other GPUs of the
+//     node publish them are held by instances the plugin did not make.
 //   - The pod: its CPU and memory requests, and what its claims ask of
 //     those classes (a request's count; a share from its "cores"
 //     capacity request, or the first alternative's of a firstAvailable
-//     request). A claim already allocated adds nothing.
+//     request). A claim already allocated adds nothing. A request of a
+//     MIG class asks for that many instances of the profile of the first
+//     placement, in slice order on the feasible nodes, that its selectors
+//     select (where they select several profiles, the allocator's first
+//     choice); a pod with a whole or shared GPU request is measured by
+//     it alone. On a node without the profile's placements (MIG made by
+//     an operator, the plugin's static mode) a MIG pod is measured by its
+//     CPU and memory.
 //   - The expected mix: every pod the plugin scores is counted in a
 //     histogram of task shapes whose weights halve every HalfLifePods
 //     pods. A GPU pod's accepted models are those of the nodes that
@@ -38,6 +51,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"sort"
 	"strings"
@@ -60,8 +74,12 @@ import (
 // Name of the plugin in the scheduler configuration.
 const Name = "StrataFragmentation"
 
-// gpus is the internal resource name the classes are counted under.
-const gpus corev1.ResourceName = "strata.sh/fragmentation-gpus"
+// gpus and migs are the internal resource names the classes are counted
+// under.
+const (
+	gpus corev1.ResourceName = "strata.sh/fragmentation-gpus"
+	migs corev1.ResourceName = "strata.sh/fragmentation-mig"
+)
 
 // Capacity names of a shared GPU.
 const (
@@ -71,11 +89,12 @@ const (
 
 // Plugin scores nodes by the fragmentation a pod's placement adds.
 type Plugin struct {
-	classNames []string
-	opts       fragment.Options
-	requests   resourcehelper.PodResourcesOptions
-	dra        fwk.SharedDRAManager
-	devices    *devicecount.Counter
+	classNames    []string
+	migClassNames []string
+	opts          fragment.Options
+	requests      resourcehelper.PodResourcesOptions
+	dra           fwk.SharedDRAManager
+	devices       *devicecount.Counter
 
 	mu   sync.Mutex
 	hist *fragment.Histogram
@@ -116,8 +135,9 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle, fts feature.Featur
 		dra = h.SharedDRAManager()
 	}
 	return &Plugin{
-		classNames: args.DeviceClasses,
-		opts:       fragment.Options{Coverage: float64(args.CoveragePercent) / 100, Alpha: float64(*args.UnreachableWeight) / 100},
+		classNames:    args.DeviceClasses,
+		migClassNames: args.MIGDeviceClasses,
+		opts:          fragment.Options{Coverage: float64(args.CoveragePercent) / 100, Alpha: float64(*args.UnreachableWeight) / 100},
 		requests: resourcehelper.PodResourcesOptions{
 			UseStatusResources:    fts.EnableInPlacePodVerticalScaling,
 			SkipPodLevelResources: !fts.EnablePodLevelResources,
@@ -197,14 +217,17 @@ const scale = 1000
 
 func (p *Plugin) measure(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*state, error) {
 	st := &state{raw: make(map[string]int64, len(nodes))}
-	classes, err := p.classes()
-	if err != nil {
-		return nil, err
-	}
-	task := p.task(pod, classes)
+	classes, migClasses := p.classes(p.classNames), p.classes(p.migClassNames)
+	task, migReqs := p.task(pod, classes, migClasses)
 	devs, err := p.devices.Devices(ctx, devicecount.Classes{gpus: classes}, gpus, nodes)
 	if err != nil {
 		return nil, err
+	}
+	var placements map[string][]devicecount.NodeDevice
+	if len(migClasses) > 0 && drawOnCounters(devs) {
+		if placements, err = p.devices.Devices(ctx, devicecount.Classes{migs: migClasses}, migs, nodes); err != nil {
+			return nil, err
+		}
 	}
 	alloc, err := p.devices.AllocatedState(cs)
 	if err != nil {
@@ -213,10 +236,14 @@ func (p *Plugin) measure(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	view := make([]fragment.Node, len(nodes))
 	models := map[string]bool{}
 	for i, ni := range nodes {
-		view[i] = nodeView(ni, devs[ni.Node().Name], alloc)
+		name := ni.Node().Name
+		view[i] = nodeView(ni, devs[name], placements[name], alloc)
 		if len(view[i].GPUs) > 0 {
 			models[view[i].Model] = true
 		}
+	}
+	if len(migReqs) > 0 {
+		task = p.migTask(ctx, task, migReqs, nodes, placements, view)
 	}
 	if task.GPUs > 0 {
 		task.Models = slices.Sorted(func(yield func(string) bool) {
@@ -228,14 +255,19 @@ func (p *Plugin) measure(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 		})
 	}
 	w := p.observe(pod.UID, task)
+	hostOnly := fragment.Task{CPU: task.CPU, Memory: task.Memory}
 	for i, ni := range nodes {
 		n := &view[i]
-		g, ok := fragment.FirstFit(n, task)
+		t := task
+		if t.Profile != "" && (n.MIG == nil || len(n.MIG.Profiles[t.Profile]) == 0) {
+			t = hostOnly
+		}
+		g, ok := fragment.FirstFit(n, t)
 		if !ok {
 			st.raw[ni.Node().Name] = math.MinInt64 / 2
 			continue
 		}
-		st.raw[ni.Node().Name] = -int64(math.Round(w.Delta(n, task, g) * scale))
+		st.raw[ni.Node().Name] = -int64(math.Round(w.Delta(n, t, g) * scale))
 	}
 	return st, nil
 }
@@ -264,50 +296,67 @@ func (p *Plugin) observe(uid types.UID, t fragment.Task) *fragment.Workload {
 // rebuildEvery is how many pods the mix may be behind by.
 const rebuildEvery = 32
 
-func (p *Plugin) classes() ([]*resourceapi.DeviceClass, error) {
+func (p *Plugin) classes(names []string) []*resourceapi.DeviceClass {
 	if p.dra == nil {
-		return nil, nil
+		return nil
 	}
 	var out []*resourceapi.DeviceClass
-	for _, name := range p.classNames {
+	for _, name := range names {
 		c, err := p.dra.DeviceClasses().Get(name)
 		if err != nil {
 			continue // not installed
 		}
 		out = append(out, c)
 	}
-	return out, nil
+	return out
 }
 
-// task is what the pod asks, as the fragment package sees it.
-func (p *Plugin) task(pod *corev1.Pod, classes []*resourceapi.DeviceClass) fragment.Task {
+// migRequest is a claim's request for MIG instances: how many, and the
+// request's own selectors (its class's select the placements).
+type migRequest struct {
+	count     int64
+	selectors []resourceapi.DeviceSelector
+}
+
+// task is what the pod asks, as the fragment package sees it, and its
+// requests for MIG instances, whose profile depends on the placements the
+// nodes publish.
+func (p *Plugin) task(pod *corev1.Pod, classes, migClasses []*resourceapi.DeviceClass) (fragment.Task, []migRequest) {
 	req := resourcehelper.PodRequests(pod, p.requests)
 	t := fragment.Task{CPU: req.Cpu().MilliValue(), Memory: req.Memory().Value()}
-	if p.dra == nil || len(classes) == 0 {
-		return t
+	if p.dra == nil || len(classes)+len(migClasses) == 0 {
+		return t, nil
 	}
-	names := map[string]bool{}
+	names, migNames := map[string]bool{}, map[string]bool{}
 	for _, c := range classes {
 		names[c.Name] = true
 	}
+	for _, c := range migClasses {
+		migNames[c.Name] = true
+	}
+	var migReqs []migRequest
 	for _, pc := range pod.Spec.ResourceClaims {
 		claim := p.claimOf(pod, pc)
 		if claim == nil || claim.Status.Allocation != nil {
 			continue
 		}
 		for _, r := range claim.Spec.Devices.Requests {
-			class, count, capacity := "", int64(0), (*resourceapi.CapacityRequirements)(nil)
+			class, count, capacity, selectors := "", int64(0), (*resourceapi.CapacityRequirements)(nil), []resourceapi.DeviceSelector(nil)
 			switch {
 			case r.Exactly != nil:
-				class, count, capacity = r.Exactly.DeviceClassName, r.Exactly.Count, r.Exactly.Capacity
+				class, count, capacity, selectors = r.Exactly.DeviceClassName, r.Exactly.Count, r.Exactly.Capacity, r.Exactly.Selectors
 			case len(r.FirstAvailable) > 0:
 				s := r.FirstAvailable[0]
-				class, count, capacity = s.DeviceClassName, s.Count, s.Capacity
+				class, count, capacity, selectors = s.DeviceClassName, s.Count, s.Capacity, s.Selectors
+			}
+			count = max(count, 1)
+			if migNames[class] {
+				migReqs = append(migReqs, migRequest{count: count, selectors: selectors})
+				continue
 			}
 			if !names[class] {
 				continue
 			}
-			count = max(count, 1)
 			if capacity != nil {
 				if q, ok := capacity.Requests[capCores]; ok && q.Value() < 100 {
 					t.GPUs, t.Milli = 1, int32(q.Value()*10)
@@ -320,6 +369,48 @@ func (p *Plugin) task(pod *corev1.Pod, classes []*resourceapi.DeviceClass) fragm
 	}
 	if t.GPUs > 1 {
 		t.Milli = fragment.Whole
+	}
+	if t.GPUs > 0 {
+		migReqs = nil
+	}
+	return t, migReqs
+}
+
+// drawOnCounters says whether any GPU draws on a counter set: only then
+// can it have MIG placements to read.
+func drawOnCounters(devs map[string][]devicecount.NodeDevice) bool {
+	for _, node := range devs {
+		for _, d := range node {
+			if len(d.Device.ConsumesCounters) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// migTask turns the pod's MIG requests into instances of one profile:
+// the profile of the first placement the first request selects, in slice
+// order on the feasible nodes, and as many instances as the requests ask
+// for in all. Without such a placement the pod is measured by its CPU
+// and memory.
+func (p *Plugin) migTask(ctx context.Context, t fragment.Task, reqs []migRequest, nodes []fwk.NodeInfo, placements map[string][]devicecount.NodeDevice, view []fragment.Node) fragment.Task {
+	for i, ni := range nodes {
+		for _, d := range placements[ni.Node().Name] {
+			if !p.devices.Selects(ctx, reqs[0].selectors, d.ID.Driver.String(), d.Device) {
+				continue
+			}
+			profile, _, size, ok := placementOf(d.Device)
+			if !ok || view[i].MIG == nil {
+				continue
+			}
+			t.Profile = profile
+			t.Milli = int32(size * fragment.Whole / int64(view[i].MIG.Slices))
+			for _, r := range reqs {
+				t.GPUs += int(r.count)
+			}
+			return t
+		}
 	}
 	return t
 }
@@ -345,8 +436,9 @@ func (p *Plugin) claimOf(pod *corev1.Pod, pc corev1.PodResourceClaim) *resourcea
 	return c
 }
 
-// nodeView is a node's free CPU, memory and GPUs.
-func nodeView(ni fwk.NodeInfo, devs []devicecount.NodeDevice, alloc *structured.AllocatedState) fragment.Node {
+// nodeView is a node's free CPU, memory and GPUs, and its GPUs' MIG
+// layout and instances where it publishes placements.
+func nodeView(ni fwk.NodeInfo, devs, placements []devicecount.NodeDevice, alloc *structured.AllocatedState) fragment.Node {
 	a, r := ni.GetAllocatable(), ni.GetRequested()
 	n := fragment.Node{CPU: a.GetMilliCPU() - r.GetMilliCPU(), Memory: a.GetMemory() - r.GetMemory()}
 	for _, d := range devs {
@@ -355,7 +447,88 @@ func nodeView(ni fwk.NodeInfo, devs []devicecount.NodeDevice, alloc *structured.
 		}
 		n.GPUs = append(n.GPUs, freeShare(d, alloc))
 	}
+	if len(placements) > 0 && len(devs) > 0 {
+		migView(&n, devs, placements, alloc)
+	}
 	return n
+}
+
+// migView lays out the node's MIG placements: each placement belongs to
+// the GPU whose counter set it draws on.
+func migView(n *fragment.Node, devs, placements []devicecount.NodeDevice, alloc *structured.AllocatedState) {
+	gpuOf := map[string]int{}
+	for i, d := range devs {
+		for _, cc := range d.Device.ConsumesCounters {
+			gpuOf[d.ID.Driver.String()+"/"+d.ID.Pool.String()+"/"+cc.CounterSet] = i
+		}
+	}
+	layout := &fragment.MIGLayout{Profiles: map[string][]uint32{}}
+	used := make([]uint32, len(devs))
+	published := make([]uint32, len(devs))
+	var all uint32
+	for _, d := range placements {
+		profile, start, size, ok := placementOf(d.Device)
+		if !ok || len(d.Device.ConsumesCounters) == 0 || start+size > 32 {
+			continue
+		}
+		gpu, ok := gpuOf[d.ID.Driver.String()+"/"+d.ID.Pool.String()+"/"+d.Device.ConsumesCounters[0].CounterSet]
+		if !ok {
+			continue
+		}
+		mask := fragment.Placement(int(start), int(size))
+		layout.Slices = max(layout.Slices, int(start+size))
+		if !slices.Contains(layout.Profiles[profile], mask) {
+			layout.Profiles[profile] = append(layout.Profiles[profile], mask)
+		}
+		published[gpu] |= mask
+		all |= mask
+		if alloc.AllocatedDevices.Has(d.ID) {
+			used[gpu] |= mask
+		}
+	}
+	if layout.Slices == 0 {
+		return
+	}
+	for profile, masks := range layout.Profiles {
+		slices.SortFunc(masks, func(a, b uint32) int { return bits.TrailingZeros32(a) - bits.TrailingZeros32(b) })
+		layout.Profiles[profile] = masks
+	}
+	for i := range used {
+		if published[i] == 0 {
+			// Not partitionable, or partitioned by hand: no placements.
+			continue
+		}
+		// Slices no placement of this GPU covers are held by instances
+		// the plugin did not make.
+		used[i] |= all &^ published[i]
+		if used[i] != 0 {
+			n.GPUs[i] = 0
+		}
+	}
+	n.MIG, n.Slices = layout, used
+}
+
+// placementOf reads a MIG placement device's profile and slices.
+func placementOf(d *resourceapi.Device) (profile string, start, size int64, ok bool) {
+	p, s, z := attribute(d, "profile"), attribute(d, "placementStart"), attribute(d, "placementSize")
+	if p == nil || p.StringValue == nil || s == nil || s.IntValue == nil || z == nil || z.IntValue == nil || *z.IntValue <= 0 || *s.IntValue < 0 {
+		return "", 0, 0, false
+	}
+	return *p.StringValue, *s.IntValue, *z.IntValue, true
+}
+
+// attribute finds a device attribute by name, with or without its
+// domain.
+func attribute(d *resourceapi.Device, name string) *resourceapi.DeviceAttribute {
+	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok {
+		return &a
+	}
+	for key, a := range d.Attributes {
+		if strings.HasSuffix(string(key), "/"+name) {
+			return &a
+		}
+	}
+	return nil
 }
 
 // modelOf names a GPU's model: its product name where the driver

@@ -132,7 +132,7 @@ func TestFreeShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 70 % of the cores and half the memory left: 500 milli.
-	if n := nodeView(nodeInfos("n")[0], devs["n"], alloc); len(n.GPUs) != 1 || n.GPUs[0] != 500 {
+	if n := nodeView(nodeInfos("n")[0], devs["n"], nil, alloc); len(n.GPUs) != 1 || n.GPUs[0] != 500 {
 		t.Errorf("GPUs %v, want one with 500 milli free", n.GPUs)
 	}
 }
@@ -142,6 +142,11 @@ func TestArgsAreValidated(t *testing.T) {
 	_, err := New(context.Background(), bad, nil, features)
 	if err == nil || !strings.Contains(err.Error(), "deviceClasses[0]") || !strings.Contains(err.Error(), "coveragePercent") {
 		t.Errorf("New with bad args: %v, want errors naming deviceClasses[0] and coveragePercent", err)
+	}
+	// A class is the GPUs' or their MIG placements', not both.
+	both := &schedulerargs.StrataFragmentationArgs{MIGDeviceClasses: []string{"nvidia-gpu.strata.sh"}}
+	if _, err := New(context.Background(), both, nil, features); err == nil || !strings.Contains(err.Error(), "migDeviceClasses[0]") {
+		t.Errorf("New with a class listed twice: %v, want an error naming migDeviceClasses[0]", err)
 	}
 	if _, err := New(context.Background(), nil, nil, features); err != nil {
 		t.Errorf("New with defaults: %v", err)
@@ -153,6 +158,8 @@ func newCounter(dra fwk.SharedDRAManager) *devicecount.Counter {
 }
 
 func classesOf(c []*resourceapi.DeviceClass) devicecount.Classes { return devicecount.Classes{gpus: c} }
+
+func migClassesOf(c []*resourceapi.DeviceClass) devicecount.Classes { return devicecount.Classes{migs: c} }
 
 // Pods without claims are signed by their requests, so that a profile
 // with the plugin keeps kube-scheduler's batching; pods with claims are
@@ -213,7 +220,7 @@ func TestMIGInstanceHoldsItsGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := nodeView(nodeInfos("n")[0], devs["n"], alloc); !cmp.Equal(n.GPUs, []int32{0, fragment.Whole}) {
+	if n := nodeView(nodeInfos("n")[0], devs["n"], nil, alloc); !cmp.Equal(n.GPUs, []int32{0, fragment.Whole}) {
 		t.Errorf("free GPUs %v, want [0 %d]: GPU 0 holds an allocated MIG instance", n.GPUs, fragment.Whole)
 	}
 }

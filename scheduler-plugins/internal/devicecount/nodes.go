@@ -178,18 +178,25 @@ func (c *Counter) selection(ctx context.Context, slice *resourceapi.ResourceSlic
 // selector that does not compile or fails on the device selects nothing,
 // as the allocator would not allocate the device for the class either.
 func (c *Counter) matches(ctx context.Context, class *resourceapi.DeviceClass, driver string, d *resourceapi.Device) bool {
-	for _, sel := range class.Spec.Selectors {
+	return c.Selects(ctx, class.Spec.Selectors, driver, d)
+}
+
+// Selects tells whether all the selectors (a DeviceClass's or a
+// request's) select a device, as the allocator evaluates them. A
+// selector that does not compile or fails on the device selects nothing.
+func (c *Counter) Selects(ctx context.Context, selectors []resourceapi.DeviceSelector, driver string, d *resourceapi.Device) bool {
+	for _, sel := range selectors {
 		if sel.CEL == nil {
 			continue
 		}
 		expr := c.cel.GetOrCompile(sel.CEL.Expression)
 		if expr.Error != nil {
-			klog.FromContext(ctx).V(4).Info("DeviceClass selector does not compile", "deviceClass", klog.KObj(class), "err", expr.Error)
+			klog.FromContext(ctx).V(4).Info("Device selector does not compile", "expression", sel.CEL.Expression, "err", expr.Error)
 			return false
 		}
 		ok, _, err := expr.DeviceMatches(ctx, cel.Device{Driver: driver, AllowMultipleAllocations: d.AllowMultipleAllocations, Attributes: d.Attributes, Capacity: d.Capacity})
 		if err != nil {
-			klog.FromContext(ctx).V(5).Info("DeviceClass selector failed on a device", "deviceClass", klog.KObj(class), "driver", driver, "device", d.Name, "err", err)
+			klog.FromContext(ctx).V(5).Info("Device selector failed on a device", "expression", sel.CEL.Expression, "driver", driver, "device", d.Name, "err", err)
 			return false
 		}
 		if !ok {
