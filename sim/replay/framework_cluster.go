@@ -80,7 +80,7 @@ func BuildCluster(ctx context.Context, nodes []TraceNode) (*Cluster, error) {
 		}
 		inv, ok := inventories[preset]
 		if !ok {
-			if inv, err = discover(ctx, preset); err != nil {
+			if inv, err = discover(ctx, preset, ""); err != nil {
 				return nil, fmt.Errorf("node %s: %w", n.Name, err)
 			}
 			inventories[preset] = inv
@@ -133,8 +133,9 @@ func nodeObject(n TraceNode) *corev1.Node {
 
 // discover runs the NVIDIA plugin backend on a hardware preset: the
 // preset's fake sysfs and procfs in a temporary folder and its NVML
-// mock, with the nvidia-kubelet-plugin binary's default MIG mode.
-func discover(ctx context.Context, preset string) (*plugin.Inventory, error) {
+// mock, in a MIG mode ("" for the nvidia-kubelet-plugin binary's
+// default).
+func discover(ctx context.Context, preset string, migMode nvidia.MIGMode) (*plugin.Inventory, error) {
 	m, err := hardware.Lookup(preset)
 	if err != nil {
 		return nil, err
@@ -151,9 +152,11 @@ func discover(ctx context.Context, preset string) (*plugin.Inventory, error) {
 	if err != nil {
 		return nil, err
 	}
-	mode, err := nvidia.ParseMIGMode(nvidiaapp.NewOptions().MIGMode)
-	if err != nil {
-		return nil, err
+	mode := migMode
+	if mode == "" {
+		if mode, err = nvidia.ParseMIGMode(nvidiaapp.NewOptions().MIGMode); err != nil {
+			return nil, err
+		}
 	}
 	b, err := nvidia.New(nvidia.Config{
 		NVML:                 srv,

@@ -26,7 +26,7 @@ import (
 // plugin's output changes, the template must be written again.
 func TestPerfSliceTemplateIsThePluginsOutput(t *testing.T) {
 	const path = "../../tests/perf/testdata/strata/templates/resourceslice-dgx-h100.yaml"
-	inv, err := discover(context.Background(), "nvidia-dgx-h100")
+	inv, err := discover(context.Background(), "nvidia-dgx-h100", "")
 	if err != nil {
 		t.Fatal(err)
 	}
