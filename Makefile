@@ -112,9 +112,13 @@ REPLAY_SEEDS ?= 42-51
 # empty keeps the profiles' (kube-scheduler's adaptive default), 100
 # scores every node as the trace authors' simulator does.
 REPLAY_NODES_TO_SCORE ?=
+# REPLAY_UNTIL stops each seed once arrivals reach that percent of the
+# GPUs (100 to 130): the figure at 100 % is the same, the curve ends
+# there, and the pods that would only fail are not tried.
+REPLAY_UNTIL ?= 130
 
 replay-framework:
-	$(GO) run ./cmd/strata-sim replay --engine framework --trace-dir $(TRACE_DIR) --variant $(REPLAY_VARIANT) --profile $(REPLAY_PROFILES) --seeds $(REPLAY_SEEDS) $(if $(REPLAY_NODES_TO_SCORE),--percentage-of-nodes-to-score $(REPLAY_NODES_TO_SCORE)) --out $(REPLAY_OUT)-framework-$(REPLAY_VARIANT)$(if $(REPLAY_NODES_TO_SCORE),-$(REPLAY_NODES_TO_SCORE))
+	$(GO) run ./cmd/strata-sim replay --engine framework --trace-dir $(TRACE_DIR) --variant $(REPLAY_VARIANT) --profile $(REPLAY_PROFILES) --seeds $(REPLAY_SEEDS) --until $(REPLAY_UNTIL) $(if $(REPLAY_NODES_TO_SCORE),--percentage-of-nodes-to-score $(REPLAY_NODES_TO_SCORE)) --out $(REPLAY_OUT)-framework-$(REPLAY_VARIANT)$(if $(REPLAY_NODES_TO_SCORE),-$(REPLAY_NODES_TO_SCORE))
 
 ## images: one container image per component (Dockerfile targets).
 CONTAINER_TOOL ?= docker

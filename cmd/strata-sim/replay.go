@@ -57,6 +57,7 @@ func runReplay(args []string) error {
 	fs.StringVar(&o.OutDir, "out", "", "folder for results.csv and curves.csv")
 	fs.StringVar(&o.Engine, "engine", replay.EngineModel, "engine: model or framework")
 	merge := fs.StringSlice("merge", nil, "--out folders of earlier replays to gather into --out, replaying nothing")
+	fs.IntVar(&o.Until, "until", 130, "framework engine: stop each seed once arrivals reach this percent of the cluster's GPUs, 100 to 130; the figure at 100 % arrived is the same, the curve ends there")
 	percentage := fs.Int32("percentage-of-nodes-to-score", 0, "framework engine: the share of nodes kube-scheduler searches for feasible ones and scores; 0 is its adaptive default, 100 every node (the trace authors' simulator); default: the profile's")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -88,6 +89,14 @@ func runReplay(args []string) error {
 			return fmt.Errorf("--percentage-of-nodes-to-score %d: want 0 (adaptive) to 100", *percentage)
 		}
 		o.PercentageOfNodesToScore = percentage
+	}
+	if fs.Changed("until") {
+		if o.Engine != replay.EngineFramework {
+			return fmt.Errorf("--until is for --engine framework")
+		}
+		if o.Until < 100 || o.Until > 130 {
+			return fmt.Errorf("--until %d: want 100 to 130 (percent of the cluster's GPUs arrived)", o.Until)
+		}
 	}
 	var err error
 	if o.Seeds, err = parseSeeds(*seeds); err != nil {

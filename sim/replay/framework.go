@@ -67,14 +67,15 @@ const maxKeptErrors = 5
 
 // RunFramework replays one seed through kube-scheduler's framework with
 // a profile (FrameworkProfiles), with its percentageOfNodesToScore
-// unless percentage is set. parallelism is the framework's, for Filter
-// and Score over nodes.
-func RunFramework(ctx context.Context, c *Cluster, pods []TracePod, profile string, percentage *int32, seed uint64, parallelism int) (*FrameworkResult, error) {
+// unless percentage is set, until arrivals reach until percent of the
+// cluster's GPUs (130, the whole protocol, or less: see Until).
+// parallelism is the framework's, for Filter and Score over nodes.
+func RunFramework(ctx context.Context, c *Cluster, pods []TracePod, profile string, percentage *int32, until int, seed uint64, parallelism int) (*FrameworkResult, error) {
 	prof, err := profileWith(profile, percentage)
 	if err != nil {
 		return nil, err
 	}
-	res, _, err := replayFramework(ctx, c, Sample(pods, c.TotalMilli, seed), prof, seed, parallelism)
+	res, _, err := replayFramework(ctx, c, Until(Sample(pods, c.TotalMilli, seed), c.TotalMilli, until), prof, seed, parallelism)
 	return res, err
 }
 

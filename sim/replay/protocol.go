@@ -25,6 +25,25 @@ func Sample(pods []TracePod, clusterGPUMilli int64, seed uint64) []TracePod {
 	return out
 }
 
+// Until returns the prefix of a sample whose arrivals reach percent of
+// the cluster's GPUs (the pod that reaches it included); percent at or
+// above Inflation's keeps the whole sample. Placements of the prefix are
+// those of the whole sample, since pods arrive in order: stopping at 100
+// leaves the figure at 100 % arrived as it is and drops the curve beyond.
+func Until(sample []TracePod, clusterGPUMilli int64, percent int) []TracePod {
+	if float64(percent) >= 100*Inflation {
+		return sample
+	}
+	target := clusterGPUMilli * int64(percent) / 100
+	var arrived int64
+	for i, p := range sample {
+		if arrived += p.GPUMilli(); arrived >= target {
+			return sample[:i+1]
+		}
+	}
+	return sample
+}
+
 // Curve records allocated GPU against arrived GPU demand, both in percent
 // of the cluster's GPUs.
 type Curve struct {

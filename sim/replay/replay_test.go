@@ -46,6 +46,36 @@ func TestReadPods(t *testing.T) {
 	}
 }
 
+// Until keeps the sample's first pods up to the one whose arrival
+// reaches the percent, so that the figure at 100 % arrived is the whole
+// sample's; at 130 it keeps everything.
+func TestUntilKeepsThePrefix(t *testing.T) {
+	pods := []TracePod{{GPUs: 1, Milli: 500}, {GPUs: 0}, {GPUs: 2, Milli: 1000}}
+	s := Sample(pods, 100_000, 42)
+	if got := Until(s, 100_000, 130); len(got) != len(s) {
+		t.Errorf("until 130 kept %d of %d pods", len(got), len(s))
+	}
+	got := Until(s, 100_000, 100)
+	var arrived int64
+	for _, p := range got {
+		arrived += p.GPUMilli()
+	}
+	if arrived < 100_000 || arrived-got[len(got)-1].GPUMilli() >= 100_000 || len(got) >= len(s) {
+		t.Errorf("until 100 kept %d of %d pods, %d milli arrived; want the first reaching 100000", len(got), len(s), arrived)
+	}
+	full, prefix := NewCurve(100_000), NewCurve(100_000)
+	for i, p := range s {
+		placed := i%3 != 0
+		full.Add(p, placed)
+		if i < len(got) {
+			prefix.Add(p, placed)
+		}
+	}
+	if full.At100 != prefix.At100 {
+		t.Errorf("unallocated at 100 %% arrived: %v for the prefix, %v for the whole sample", prefix.At100, full.At100)
+	}
+}
+
 func TestSampleReachesTheInflation(t *testing.T) {
 	pods := []TracePod{{GPUs: 1, Milli: 500}, {GPUs: 0}, {GPUs: 2, Milli: 1000}}
 	s := Sample(pods, 100_000, 42)

@@ -37,6 +37,10 @@ type Options struct {
 	// profiles' (by default kube-scheduler's adaptive share; 100 filters
 	// and scores every node, as the trace authors' simulator does).
 	PercentageOfNodesToScore *int32
+	// Until is the arrived GPU percent at which the framework engine
+	// stops a seed: 100 to 130; 0 is the whole protocol (130). The figure
+	// at 100 % arrived does not depend on it.
+	Until int
 }
 
 // Result is one policy's replay of one variant.
@@ -94,7 +98,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 			if cluster != nil {
 				label = EngineFramework + "/" + name
 				run = func(seed uint64, parallelism int) (*ModelResult, error) {
-					r, err := RunFramework(ctx, cluster, pods, name, o.PercentageOfNodesToScore, seed, parallelism)
+					r, err := RunFramework(ctx, cluster, pods, name, o.PercentageOfNodesToScore, cmp.Or(o.Until, 130), seed, parallelism)
 					if err != nil {
 						return nil, err
 					}
