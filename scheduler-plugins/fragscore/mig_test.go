@@ -2,8 +2,6 @@ package fragscore
 
 import (
 	"context"
-	"maps"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -12,101 +10,44 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
-	"github.com/strata-sh/strata/deployments"
 	"github.com/strata-sh/strata/drivers/nvidia"
-	"github.com/strata-sh/strata/drivers/plugin"
-	"github.com/strata-sh/strata/hardware"
-	"github.com/strata-sh/strata/hardware/nvmlmock"
+	"github.com/strata-sh/strata/internal/nvidiapreset"
 	"github.com/strata-sh/strata/internal/testutil"
 	"github.com/strata-sh/strata/scheduler-plugins/fragment"
 	dct "github.com/strata-sh/strata/scheduler-plugins/internal/devicecount/devicecounttest"
 )
 
-// dgxA100Slices are the ResourceSlices the NVIDIA plugin publishes for a
-// DGX A100 node in dynamic MIG mode: its backend discovering the
-// machine's NVML mock and sysfs tree, laid out as its publisher does.
-func dgxA100Slices(t *testing.T, nodes ...string) []runtime.Object {
+// dgxA100 is the Helm chart's DeviceClasses and the ResourceSlices the
+// NVIDIA plugin publishes for DGX A100 nodes in dynamic MIG mode: its
+// backend discovering the machine's NVML mock and sysfs tree, laid out
+// as its publisher does.
+func dgxA100(t *testing.T, nodes ...string) ([]runtime.Object, []*resourceapi.ResourceSlice) {
 	t.Helper()
-	root := t.TempDir()
-	m := hardware.DGXA100()
-	if err := hardware.WriteNode(root, m, "boot"); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := nvmlmock.New(m, "dgx-a100")
+	classes, err := nvidiapreset.ChartDeviceClasses()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := nvidia.New(nvidia.Config{
-		NVML: srv, SysfsRoot: filepath.Join(root, hardware.SysDir), ProcRoot: filepath.Join(root, hardware.ProcDir),
-		DevRoot: root, StateDir: filepath.Join(root, "state"),
-		FabricPartitionsFile: filepath.Join(root, hardware.FabricPartitionsFile), MIG: nvidia.MIGDynamic,
-	})
+	var objs []runtime.Object
+	for _, c := range classes {
+		objs = append(objs, c)
+	}
+	inv, err := nvidiapreset.Discover(t.Context(), "nvidia-dgx-a100", nvidia.MIGDynamic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := b.Discover(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []runtime.Object
+	var all []*resourceapi.ResourceSlice
 	for _, n := range nodes {
-		s, err := plugin.ResourceSlices(nvidia.DriverName, n, inv)
+		s, err := nvidiapreset.Slices(n, inv)
 		if err != nil {
 			t.Fatal(err)
 		}
+		all = append(all, s...)
 		for _, slice := range s {
-			slice.UID, slice.ResourceVersion = types.UID("slice-"+slice.Name), "1"
-			out = append(out, slice)
+			objs = append(objs, slice)
 		}
 	}
-	return out
-}
-
-// chartClasses are the Helm chart's NVIDIA DeviceClasses.
-func chartClasses(t *testing.T) []runtime.Object {
-	t.Helper()
-	files, err := deployments.DeviceClasses()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []runtime.Object
-	for _, name := range slices.Sorted(maps.Keys(files)) {
-		c := &resourceapi.DeviceClass{}
-		if err := yaml.UnmarshalStrict(files[name], c); err != nil {
-			t.Fatalf("chart DeviceClass %s: %v", name, err)
-		}
-		out = append(out, c)
-	}
-	return out
-}
-
-// migPlacement finds the device of a GPU's placement on a node.
-func migPlacement(t *testing.T, objs []runtime.Object, node string, gpu int, profile string, start int64) string {
-	t.Helper()
-	parent := ""
-	for _, o := range objs {
-		s, ok := o.(*resourceapi.ResourceSlice)
-		if !ok || ptr.Deref(s.Spec.NodeName, "") != node {
-			continue
-		}
-		for _, d := range s.Spec.Devices {
-			if a := d.Attributes["index"]; a.IntValue != nil && *a.IntValue == int64(gpu) && *d.Attributes["type"].StringValue == "gpu" {
-				parent = *d.Attributes["uuid"].StringValue
-			}
-		}
-		for _, d := range s.Spec.Devices {
-			if *d.Attributes["type"].StringValue != "mig" || *d.Attributes["parentUUID"].StringValue != parent {
-				continue
-			}
-			if *d.Attributes["profile"].StringValue == profile && *d.Attributes["placementStart"].IntValue == start {
-				return d.Name
-			}
-		}
-	}
-	t.Fatalf("node %s has no %s placement at slice %d on GPU %d", node, profile, start, gpu)
-	return ""
+	return objs, all
 }
 
 // migClaim is a claim for one instance of a profile, allocated to the
@@ -136,8 +77,12 @@ func migClaim(name, profile, node, device string) (*resourceapi.ResourceClaim, *
 // instance, not to one it would break.
 func TestMIGPodPacksInstances(t *testing.T) {
 	ctx := context.Background()
-	objs := append(chartClasses(t), dgxA100Slices(t, "a-partitioned", "b-whole")...)
-	held, _ := migClaim("held", "3g.20gb", "a-partitioned", migPlacement(t, objs, "a-partitioned", 0, "3g.20gb", 0))
+	objs, published := dgxA100(t, "a-partitioned", "b-whole")
+	device, err := nvidiapreset.PlacementDevice(published, "a-partitioned", 0, "3g.20gb", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _ := migClaim("held", "3g.20gb", "a-partitioned", device)
 	pending, pod := migClaim("small", "1g.5gb", "", "")
 	m := dct.DRAManager(ctx, t, append(objs, held, pending)...)
 	pl, err := New(ctx, nil, nil, features)

@@ -5,23 +5,16 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
-	"github.com/strata-sh/strata/deployments"
-	"github.com/strata-sh/strata/drivers/nvidia"
-	nvidiaapp "github.com/strata-sh/strata/drivers/nvidia/app"
 	"github.com/strata-sh/strata/drivers/plugin"
 	"github.com/strata-sh/strata/hardware"
-	"github.com/strata-sh/strata/hardware/nvmlmock"
+	"github.com/strata-sh/strata/internal/nvidiapreset"
 )
 
 // Cluster is the API objects of a trace's node list as a real cluster
@@ -59,7 +52,7 @@ type GPUModel struct {
 func BuildCluster(ctx context.Context, nodes []TraceNode) (*Cluster, error) {
 	c := &Cluster{Models: map[string]GPUModel{}}
 	var err error
-	if c.Classes, err = strataClasses(); err != nil {
+	if c.Classes, err = nvidiapreset.ChartDeviceClasses(); err != nil {
 		return nil, err
 	}
 	inventories := map[string]*plugin.Inventory{}
@@ -80,7 +73,7 @@ func BuildCluster(ctx context.Context, nodes []TraceNode) (*Cluster, error) {
 		}
 		inv, ok := inventories[preset]
 		if !ok {
-			if inv, err = discover(ctx, preset, ""); err != nil {
+			if inv, err = nvidiapreset.Discover(ctx, preset, ""); err != nil {
 				return nil, fmt.Errorf("node %s: %w", n.Name, err)
 			}
 			inventories[preset] = inv
@@ -93,15 +86,9 @@ func BuildCluster(ctx context.Context, nodes []TraceNode) (*Cluster, error) {
 			return nil, fmt.Errorf("GPU model %s is published as %+v and as %+v", n.Model, old, m)
 		}
 		c.Models[n.Model] = m
-		s, err := plugin.ResourceSlices(nvidia.DriverName, n.Name, inv)
+		s, err := nvidiapreset.Slices(n.Name, inv)
 		if err != nil {
-			return nil, fmt.Errorf("node %s: %w", n.Name, err)
-		}
-		for _, slice := range s {
-			// As the API server would have them: the plugins cache what
-			// they work out per slice version.
-			slice.UID = types.UID("slice-" + slice.Name)
-			slice.ResourceVersion = "1"
+			return nil, err
 		}
 		c.Slices = append(c.Slices, s...)
 		c.TotalMilli += int64(n.GPUs) * 1000
@@ -131,53 +118,6 @@ func nodeObject(n TraceNode) *corev1.Node {
 	}
 }
 
-// discover runs the NVIDIA plugin backend on a hardware preset: the
-// preset's fake sysfs and procfs in a temporary folder and its NVML
-// mock, in a MIG mode ("" for the nvidia-kubelet-plugin binary's
-// default).
-func discover(ctx context.Context, preset string, migMode nvidia.MIGMode) (*plugin.Inventory, error) {
-	m, err := hardware.Lookup(preset)
-	if err != nil {
-		return nil, err
-	}
-	root, err := os.MkdirTemp("", "strata-replay-"+preset+"-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(root)
-	if err := hardware.WriteNode(root, m, "boot"); err != nil {
-		return nil, err
-	}
-	srv, err := nvmlmock.New(m, preset)
-	if err != nil {
-		return nil, err
-	}
-	mode := migMode
-	if mode == "" {
-		if mode, err = nvidia.ParseMIGMode(nvidiaapp.NewOptions().MIGMode); err != nil {
-			return nil, err
-		}
-	}
-	b, err := nvidia.New(nvidia.Config{
-		NVML:                 srv,
-		SysfsRoot:            filepath.Join(root, hardware.SysDir),
-		ProcRoot:             filepath.Join(root, hardware.ProcDir),
-		DevRoot:              root,
-		StateDir:             filepath.Join(root, "state"),
-		FabricPartitionsFile: filepath.Join(root, hardware.FabricPartitionsFile),
-		MIG:                  mode,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("NVIDIA backend on %s: %w", preset, err)
-	}
-	defer b.Close()
-	inv, err := b.Discover(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("discover %s: %w", preset, err)
-	}
-	return inv, nil
-}
-
 // modelOf reads the product name and memory of an inventory's GPUs,
 // which must all be of one model (the openb presets are).
 func modelOf(inv *plugin.Inventory) (GPUModel, error) {
@@ -199,23 +139,6 @@ func modelOf(inv *plugin.Inventory) (GPUModel, error) {
 	}
 	if out.ProductName == "" {
 		return out, fmt.Errorf("no GPUs discovered")
-	}
-	return out, nil
-}
-
-// strataClasses decodes the DeviceClasses the Helm chart ships.
-func strataClasses() ([]*resourceapi.DeviceClass, error) {
-	files, err := deployments.DeviceClasses()
-	if err != nil {
-		return nil, err
-	}
-	var out []*resourceapi.DeviceClass
-	for _, name := range slices.Sorted(maps.Keys(files)) {
-		c := &resourceapi.DeviceClass{}
-		if err := yaml.UnmarshalStrict(files[name], c); err != nil {
-			return nil, fmt.Errorf("chart DeviceClass %s: %w", name, err)
-		}
-		out = append(out, c)
 	}
 	return out, nil
 }

@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/strata-sh/strata/drivers/nvidia"
-	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/internal/nvidiapreset"
 )
 
 // migCluster is two DGX A100 nodes whose NVIDIA plugin runs in dynamic
@@ -20,22 +20,19 @@ import (
 func migCluster(t *testing.T, names ...string) *Cluster {
 	t.Helper()
 	ctx := testContext(t)
-	inv, err := discover(ctx, "nvidia-dgx-a100", nvidia.MIGDynamic)
+	inv, err := nvidiapreset.Discover(ctx, "nvidia-dgx-a100", nvidia.MIGDynamic)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &Cluster{Models: map[string]GPUModel{}}
-	if c.Classes, err = strataClasses(); err != nil {
+	if c.Classes, err = nvidiapreset.ChartDeviceClasses(); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range names {
 		c.Nodes = append(c.Nodes, nodeObject(TraceNode{Name: n, CPU: 256000, Memory: 1 << 20, GPUs: 8, Model: "A100"}))
-		s, err := plugin.ResourceSlices(nvidia.DriverName, n, inv)
+		s, err := nvidiapreset.Slices(n, inv)
 		if err != nil {
 			t.Fatal(err)
-		}
-		for _, slice := range s {
-			slice.UID, slice.ResourceVersion = types.UID("slice-"+slice.Name), "1"
 		}
 		c.Slices = append(c.Slices, s...)
 		c.TotalMilli += 8000
@@ -77,30 +74,6 @@ func nodeSelector(node string) *corev1.NodeSelector {
 	}}}}}
 }
 
-// placementDevice names the device of a MIG placement on a node's GPU.
-func placementDevice(t *testing.T, c *Cluster, node string, gpu int64, profile string, start int64) string {
-	t.Helper()
-	parent := ""
-	for _, s := range c.Slices {
-		if ptr.Deref(s.Spec.NodeName, "") != node {
-			continue
-		}
-		for _, d := range s.Spec.Devices {
-			if *d.Attributes["type"].StringValue == "gpu" && *d.Attributes["index"].IntValue == gpu {
-				parent = *d.Attributes["uuid"].StringValue
-			}
-		}
-		for _, d := range s.Spec.Devices {
-			a := d.Attributes
-			if *a["type"].StringValue == "mig" && *a["parentUUID"].StringValue == parent && *a["profile"].StringValue == profile && *a["placementStart"].IntValue == start {
-				return d.Name
-			}
-		}
-	}
-	t.Fatalf("no %s placement at slice %d of GPU %d on %s", profile, start, gpu, node)
-	return ""
-}
-
 // Through kube-scheduler's framework and the DRA allocator, on nodes
 // that publish MIG placements: with a GPU of node b already holding a 1g
 // instance, Strata's profile puts further 1g instances beside it, even
@@ -109,7 +82,11 @@ func placementDevice(t *testing.T, c *Cluster, node string, gpu int64, profile s
 // in the mix the measure expects.
 func TestFrameworkPacksMIGInstances(t *testing.T) {
 	c := migCluster(t, "a", "b")
-	_, held := migPodClaim("held", "nvidia-mig.strata.sh", "1g.5gb", 1, "b", placementDevice(t, c, "b", 0, "1g.5gb", 0))
+	device, err := nvidiapreset.PlacementDevice(c.Slices, "b", 0, "1g.5gb", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, held := migPodClaim("held", "nvidia-mig.strata.sh", "1g.5gb", 1, "b", device)
 	type step struct {
 		pod   *corev1.Pod
 		claim *resourceapi.ResourceClaim

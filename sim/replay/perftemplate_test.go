@@ -19,6 +19,7 @@ import (
 	"github.com/strata-sh/strata/drivers/rdma"
 	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/hardware/linkmock"
+	"github.com/strata-sh/strata/internal/nvidiapreset"
 )
 
 // The DGX H100 ResourceSlice of the perf suite's Strata workloads is the
@@ -26,7 +27,7 @@ import (
 // plugin's output changes, the template must be written again.
 func TestPerfSliceTemplateIsThePluginsOutput(t *testing.T) {
 	const path = "../../tests/perf/testdata/strata/templates/resourceslice-dgx-h100.yaml"
-	inv, err := discover(context.Background(), "nvidia-dgx-h100", "")
+	inv, err := nvidiapreset.Discover(context.Background(), "nvidia-dgx-h100", "")
 	if err != nil {
 		t.Fatal(err)
 	}
