@@ -84,14 +84,7 @@ func TestMIGPodPacksInstances(t *testing.T) {
 	}
 	held, _ := migClaim("held", "3g.20gb", "a-partitioned", device)
 	pending, pod := migClaim("small", "1g.5gb", "", "")
-	m := dct.DRAManager(ctx, t, append(objs, held, pending)...)
-	pl, err := New(ctx, nil, nil, features)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pl.(*Plugin)
-	p.dra = m
-	p.devices = newCounter(m)
+	p := withManager(t, dct.DRAManager(ctx, t, append(objs, held, pending)...))
 	for i := range 20 {
 		task := fragment.Task{CPU: 8000, GPUs: 1, Milli: fragment.Whole}
 		if i%2 == 1 {

@@ -64,13 +64,7 @@ func TestOneGPUPodKeepsAPairWhole(t *testing.T) {
 	held = dct.Allocate(held, "a-half", 0)
 	pending, pod := claimFor("one", 1, "4")
 	m := dct.DRAManager(ctx, t, gpuClass(), dct.GPUSlice("a-half", 2), dct.GPUSlice("b-free", 2), dct.GPUSlice("c-starved", 2), held, pending)
-	pl, err := New(ctx, nil, nil, features)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pl.(*Plugin)
-	p.dra = m
-	p.devices = newCounter(m)
+	p := withManager(t, m)
 	for i := 0; i < 10; i++ {
 		p.observe(types.UID(string(rune('a'+i))), fragment.Task{CPU: 8000, GPUs: 2, Milli: fragment.Whole})
 	}
@@ -159,7 +153,23 @@ func newCounter(dra fwk.SharedDRAManager) *devicecount.Counter {
 
 func classesOf(c []*resourceapi.DeviceClass) devicecount.Classes { return devicecount.Classes{gpus: c} }
 
-func migClassesOf(c []*resourceapi.DeviceClass) devicecount.Classes { return devicecount.Classes{migs: c} }
+func migClassesOf(c []*resourceapi.DeviceClass) devicecount.Classes {
+	return devicecount.Classes{migs: c}
+}
+
+// withManager returns the plugin with default args, reading a DRA
+// manager.
+func withManager(t *testing.T, m fwk.SharedDRAManager) *Plugin {
+	t.Helper()
+	pl, err := New(t.Context(), nil, nil, features)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pl.(*Plugin)
+	p.dra = m
+	p.devices = newCounter(m)
+	return p
+}
 
 // Pods without claims are signed by their requests, so that a profile
 // with the plugin keeps kube-scheduler's batching; pods with claims are

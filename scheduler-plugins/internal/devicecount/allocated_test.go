@@ -19,6 +19,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2/ktesting"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/utils/ptr"
 
@@ -200,22 +201,7 @@ func allocatedFollowsTheClaims(t *testing.T, seed uint64) {
 			what = "deleted " + c.Name
 		}
 		t.Logf("step %d: %s", step, what)
-		var got, want map[string]string
-		err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-			s, err := tracker.State()
-			if err != nil {
-				return false, err
-			}
-			w, err := m.ResourceClaims().GatherAllocatedState()
-			if err != nil {
-				return false, nil // changed while gathering
-			}
-			prev, got, want = s, describe(s.AllocatedState), describe(w)
-			return cmp.Equal(want, got), nil
-		})
-		if err != nil {
-			t.Fatalf("step %d (%s): the tracker's state differs from GatherAllocatedState's (-want +got):\n%s", step, what, cmp.Diff(want, got))
-		}
+		prev = agreed(ctx, t, tracker, m, fmt.Sprintf("step %d (%s)", step, what))
 		if devicecount.Walking(tracker) {
 			walked = true
 		} else if walked {
@@ -234,6 +220,30 @@ func allocatedFollowsTheClaims(t *testing.T, seed uint64) {
 	if !walked || !copiedAfterWalk {
 		t.Fatalf("the tracker walked the claims: %v, copied after walking: %v; the run should have done both", walked, copiedAfterWalk)
 	}
+}
+
+// agreed waits until the tracker's state is GatherAllocatedState's and
+// returns it; it fails the test, naming when, if they still differ after
+// ten seconds.
+func agreed(ctx context.Context, t *testing.T, tracker *devicecount.Allocated, m fwk.SharedDRAManager, when string) *devicecount.Snapshot {
+	t.Helper()
+	var state *devicecount.Snapshot
+	var got, want map[string]string
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		s, err := tracker.State()
+		if err != nil {
+			return false, err
+		}
+		w, err := m.ResourceClaims().GatherAllocatedState()
+		if err != nil {
+			return false, nil // changed while gathering
+		}
+		state, got, want = s, describe(s.AllocatedState), describe(w)
+		return cmp.Equal(want, got), nil
+	}); err != nil {
+		t.Fatalf("%s: the tracker's state differs from GatherAllocatedState's (-want +got):\n%s", when, cmp.Diff(want, got))
+	}
+	return state
 }
 
 // consumedOf and milliOf flatten what a state's claims consume, from
@@ -333,28 +343,10 @@ func TestAllocatedHandsOverInOneWalk(t *testing.T) {
 			t.Fatalf("the DRA manager did not see claim %s as written: %v", c.Name, err)
 		}
 	}
-	// same waits until the DRA manager's own bookkeeping, which its
-	// handlers do after the cache has the claim, agrees with the tracker.
-	// The cache already holds every change, so the tracker's state is
-	// final.
-	same := func(round int) {
-		t.Helper()
-		var got, want map[string]string
-		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-			s, err := tracker.State()
-			if err != nil {
-				return false, err
-			}
-			w, err := m.ResourceClaims().GatherAllocatedState()
-			if err != nil {
-				return false, nil // changed while gathering
-			}
-			got, want = describe(s.AllocatedState), describe(w)
-			return cmp.Equal(want, got), nil
-		}); err != nil {
-			t.Fatalf("round %d: the tracker's state differs from GatherAllocatedState's (-want +got):\n%s", round, cmp.Diff(want, got))
-		}
-	}
+	// The cache already holds every change when same runs, so the
+	// tracker's state is final; the DRA manager's own bookkeeping, done
+	// by its handlers after the cache has the claim, may lag.
+	same := func(round int) { t.Helper(); agreed(ctx, t, tracker, m, fmt.Sprintf("round %d", round)) }
 	seen(create("share-0", 0, true), false)
 	seen(create("share-1", 1, true), false)
 	holder := create("holder-0", 0, false)
