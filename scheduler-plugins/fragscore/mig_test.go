@@ -2,6 +2,7 @@ package fragscore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -22,7 +23,7 @@ import (
 // NVIDIA plugin publishes for DGX A100 nodes in dynamic MIG mode: its
 // backend discovering the machine's NVML mock and sysfs tree, laid out
 // as its publisher does.
-func dgxA100(t *testing.T, nodes ...string) ([]runtime.Object, []*resourceapi.ResourceSlice) {
+func dgxA100(t testing.TB, nodes ...string) ([]runtime.Object, []*resourceapi.ResourceSlice) {
 	t.Helper()
 	classes, err := nvidiapreset.ChartDeviceClasses()
 	if err != nil {
@@ -32,7 +33,7 @@ func dgxA100(t *testing.T, nodes ...string) ([]runtime.Object, []*resourceapi.Re
 	for _, c := range classes {
 		objs = append(objs, c)
 	}
-	inv, err := nvidiapreset.Discover(t.Context(), "nvidia-dgx-a100", nvidia.MIGDynamic)
+	inv, err := nvidiapreset.Discover(context.Background(), "nvidia-dgx-a100", nvidia.MIGDynamic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestMIGPodPacksInstances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := nodeView(nodes[0], devs["a-partitioned"], placements["a-partitioned"], alloc)
+	a := nodeView(nodes[0], devs["a-partitioned"], layoutOf(devs["a-partitioned"], placements["a-partitioned"]), placements["a-partitioned"], alloc)
 	if a.MIG == nil || a.MIG.Slices != 8 || len(a.GPUs) != 8 {
 		t.Fatalf("node view %+v; want eight GPUs of eight memory slices", a)
 	}
@@ -136,5 +137,38 @@ func TestMIGPodPacksInstances(t *testing.T) {
 	}
 	if got := p.migTask(ctx, task, reqs, nodes, placements, []fragment.Node{a, a}); got.Profile != "1g.5gb" || got.GPUs != 1 || got.Milli != 125 {
 		t.Errorf("MIG task %+v; want one 1g.5gb instance of 125 milli", got)
+	}
+}
+
+// BenchmarkMeasureMIG is one MIG pod's PreScore measure over DGX A100
+// nodes in dynamic MIG mode (152 placement devices per node), every
+// fourth with a 3g instance on its first GPU: reading the placements,
+// laying out each node's GPUs and scoring.
+func BenchmarkMeasureMIG(b *testing.B) {
+	for _, size := range []int{10, 100} {
+		b.Run(fmt.Sprintf("nodes=%d", size), func(b *testing.B) {
+			names := make([]string, size)
+			for i := range names {
+				names[i] = fmt.Sprintf("n-%03d", i)
+			}
+			objs, published := dgxA100(b, names...)
+			for i := 0; i < size; i += 4 {
+				device, err := nvidiapreset.PlacementDevice(published, names[i], 0, "3g.20gb", 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				held, _ := migClaim("held-"+names[i], "3g.20gb", names[i], device)
+				objs = append(objs, held)
+			}
+			pending, pod := migClaim("small", "1g.5gb", "", "")
+			ctx := context.Background()
+			p := withManager(b, dct.DRAManager(ctx, b, append(objs, pending)...))
+			nodes := nodeInfos(names...)
+			for b.Loop() {
+				if _, err := p.measure(ctx, nil, pod, nodes); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

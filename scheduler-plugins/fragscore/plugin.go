@@ -50,6 +50,7 @@ package fragscore
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"math/bits"
 	"slices"
@@ -95,6 +96,8 @@ type Plugin struct {
 	requests      resourcehelper.PodResourcesOptions
 	dra           fwk.SharedDRAManager
 	devices       *devicecount.Counter
+	// layouts keeps the nodes' MIG layouts across cycles.
+	layouts layouts
 
 	mu   sync.Mutex
 	hist *fragment.Histogram
@@ -237,7 +240,7 @@ func (p *Plugin) measure(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	models := map[string]bool{}
 	for i, ni := range nodes {
 		name := ni.Node().Name
-		view[i] = nodeView(ni, devs[name], placements[name], alloc)
+		view[i] = nodeView(ni, devs[name], p.layouts.get(name, devs[name], placements[name]), placements[name], alloc)
 		if len(view[i].GPUs) > 0 {
 			models[view[i].Model] = true
 		}
@@ -437,8 +440,9 @@ func (p *Plugin) claimOf(pod *corev1.Pod, pc corev1.PodResourceClaim) *resourcea
 }
 
 // nodeView is a node's free CPU, memory and GPUs, and its GPUs' MIG
-// layout and instances where it publishes placements.
-func nodeView(ni fwk.NodeInfo, devs, placements []devicecount.NodeDevice, alloc *structured.AllocatedState) fragment.Node {
+// layout and instances where it publishes placements (ml, laid out from
+// the placements by layoutOf; nil if it has none).
+func nodeView(ni fwk.NodeInfo, devs []devicecount.NodeDevice, ml *nodeLayout, placements []devicecount.NodeDevice, alloc *structured.AllocatedState) fragment.Node {
 	a, r := ni.GetAllocatable(), ni.GetRequested()
 	n := fragment.Node{CPU: a.GetMilliCPU() - r.GetMilliCPU(), Memory: a.GetMemory() - r.GetMemory()}
 	for _, d := range devs {
@@ -447,31 +451,78 @@ func nodeView(ni fwk.NodeInfo, devs, placements []devicecount.NodeDevice, alloc 
 		}
 		n.GPUs = append(n.GPUs, freeShare(d, alloc))
 	}
-	if len(placements) > 0 && len(devs) > 0 {
-		migView(&n, devs, placements, alloc)
+	if ml == nil || ml.layout == nil || len(ml.published) != len(devs) {
+		return n
 	}
+	used := make([]uint32, len(devs))
+	for k, d := range placements {
+		if g := ml.gpu[k]; g >= 0 && alloc.AllocatedDevices.Has(d.ID) {
+			used[g] |= ml.mask[k]
+		}
+	}
+	for i := range used {
+		if ml.published[i] == 0 {
+			// Not partitionable, or partitioned by hand: no placements.
+			continue
+		}
+		// Slices no placement of this GPU covers are held by instances
+		// the plugin did not make.
+		used[i] |= ml.all &^ ml.published[i]
+		if used[i] != 0 {
+			n.GPUs[i] = 0
+		}
+	}
+	n.MIG, n.Slices = ml.layout, used
 	return n
 }
 
-// migView lays out the node's MIG placements: each placement belongs to
-// the GPU whose counter set it draws on.
-func migView(n *fragment.Node, devs, placements []devicecount.NodeDevice, alloc *structured.AllocatedState) {
-	gpuOf := map[string]int{}
+// nodeLayout is what a node's published placements say, whatever is
+// allocated: the GPUs' MIG layout, and for each placement its GPU and
+// slices. It changes only when the node's slices do.
+type nodeLayout struct {
+	// key identifies the GPUs and placements it was laid out from (see
+	// layoutKey): a placement's attributes follow from its name.
+	key uint64
+	// layout is nil when no placement belongs to a GPU.
+	layout *fragment.MIGLayout
+	// gpu and mask are per placement; gpu is -1 for one that belongs to
+	// no GPU of the node.
+	gpu  []int
+	mask []uint32
+	// published holds, per GPU, the slices its placements cover; all,
+	// those of any GPU.
+	published []uint32
+	all       uint32
+}
+
+// layoutOf lays out a node's MIG placements: each belongs to the GPU
+// whose counter set it draws on.
+func layoutOf(devs, placements []devicecount.NodeDevice) *nodeLayout {
+	ml := &nodeLayout{key: layoutKey(devs, placements), gpu: make([]int, len(placements)), mask: make([]uint32, len(placements)), published: make([]uint32, len(devs))}
+	// A counter set is named within its pool: the key is the pool (a
+	// device ID without its device) and the name.
+	type counterSet struct {
+		pool structured.DeviceID
+		name string
+	}
+	poolOf := func(id structured.DeviceID) structured.DeviceID {
+		id.Device = structured.DeviceID{}.Device
+		return id
+	}
+	gpuOf := map[counterSet]int{}
 	for i, d := range devs {
 		for _, cc := range d.Device.ConsumesCounters {
-			gpuOf[d.ID.Driver.String()+"/"+d.ID.Pool.String()+"/"+cc.CounterSet] = i
+			gpuOf[counterSet{poolOf(d.ID), cc.CounterSet}] = i
 		}
 	}
 	layout := &fragment.MIGLayout{Profiles: map[string][]uint32{}}
-	used := make([]uint32, len(devs))
-	published := make([]uint32, len(devs))
-	var all uint32
-	for _, d := range placements {
+	for k, d := range placements {
+		ml.gpu[k] = -1
 		profile, start, size, ok := placementOf(d.Device)
 		if !ok || len(d.Device.ConsumesCounters) == 0 || start+size > 32 {
 			continue
 		}
-		gpu, ok := gpuOf[d.ID.Driver.String()+"/"+d.ID.Pool.String()+"/"+d.Device.ConsumesCounters[0].CounterSet]
+		gpu, ok := gpuOf[counterSet{poolOf(d.ID), d.Device.ConsumesCounters[0].CounterSet}]
 		if !ok {
 			continue
 		}
@@ -480,33 +531,66 @@ func migView(n *fragment.Node, devs, placements []devicecount.NodeDevice, alloc 
 		if !slices.Contains(layout.Profiles[profile], mask) {
 			layout.Profiles[profile] = append(layout.Profiles[profile], mask)
 		}
-		published[gpu] |= mask
-		all |= mask
-		if alloc.AllocatedDevices.Has(d.ID) {
-			used[gpu] |= mask
-		}
+		ml.gpu[k], ml.mask[k] = gpu, mask
+		ml.published[gpu] |= mask
+		ml.all |= mask
 	}
 	if layout.Slices == 0 {
-		return
+		return ml
 	}
 	for profile, masks := range layout.Profiles {
 		slices.SortFunc(masks, func(a, b uint32) int { return bits.TrailingZeros32(a) - bits.TrailingZeros32(b) })
 		layout.Profiles[profile] = masks
 	}
-	for i := range used {
-		if published[i] == 0 {
-			// Not partitionable, or partitioned by hand: no placements.
-			continue
-		}
-		// Slices no placement of this GPU covers are held by instances
-		// the plugin did not make.
-		used[i] |= all &^ published[i]
-		if used[i] != 0 {
-			n.GPUs[i] = 0
-		}
-	}
-	n.MIG, n.Slices = layout, used
+	ml.layout = layout
+	return ml
 }
+
+// layouts keeps each node's nodeLayout across cycles.
+type layouts struct {
+	mu    sync.Mutex
+	nodes map[string]*nodeLayout
+}
+
+// get returns the node's layout, laid out again if its placements
+// changed.
+func (l *layouts) get(node string, devs, placements []devicecount.NodeDevice) *nodeLayout {
+	if len(placements) == 0 || len(devs) == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ml := l.nodes[node]
+	if ml != nil && ml.key == layoutKey(devs, placements) && len(ml.published) == len(devs) {
+		return ml
+	}
+	if l.nodes == nil || len(l.nodes) > maxLayouts {
+		// Nodes come and go; forget them all now and then.
+		l.nodes = map[string]*nodeLayout{}
+	}
+	ml = layoutOf(devs, placements)
+	l.nodes[node] = ml
+	return ml
+}
+
+// layoutKey hashes the devices' IDs, in order. The slices the scheduler
+// lists may be copies (device taint rules apply to copies), so their
+// devices' addresses say nothing; their IDs hash in nanoseconds each.
+func layoutKey(devs, placements []devicecount.NodeDevice) uint64 {
+	var k uint64
+	for _, list := range [][]devicecount.NodeDevice{devs, placements} {
+		for _, d := range list {
+			k = k*1099511628211 ^ maphash.Comparable(layoutSeed, d.ID)
+		}
+		k = k*1099511628211 ^ uint64(len(list))
+	}
+	return k
+}
+
+var layoutSeed = maphash.MakeSeed()
+
+// maxLayouts bounds the nodes whose layouts are kept.
+const maxLayouts = 1 << 16
 
 // placementOf reads a MIG placement device's profile and slices.
 func placementOf(d *resourceapi.Device) (profile string, start, size int64, ok bool) {
@@ -554,6 +638,9 @@ func freeShare(d devicecount.NodeDevice, alloc *structured.AllocatedState) int32
 		return 0
 	}
 	for _, id := range d.Sharing {
+		if id == d.ID {
+			continue
+		}
 		if _, shared := alloc.AggregatedCapacity[id]; shared || alloc.AllocatedDevices.Has(id) {
 			return 0
 		}

@@ -2,6 +2,8 @@ package devicecount_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -281,6 +283,45 @@ func TestGatherAllocatedOncePerCycle(t *testing.T) {
 		}
 		if !fresh.AllocatedDevices.Has(gpu(0)) || !fresh.AllocatedDevices.Has(gpu(1)) {
 			t.Errorf("%s: allocated %v, want GPUs 0 and 1", name, fresh.AllocatedDevices.UnsortedList())
+		}
+	}
+}
+
+// A node's devices come in the order the allocator tries them, which
+// the slices' listing order does not give: pools by name, a pool's
+// slices by name, each slice's devices in order.
+func TestDevicesInAllocatorOrder(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	var objs []runtime.Object
+	for _, name := range []string{"n-d", "n-b", "n-c", "n-a"} {
+		s := dct.GPUSlice("n", 2)
+		s.Name, s.Spec.Pool.ResourceSliceCount = name, 4
+		for i := range s.Spec.Devices {
+			s.Spec.Devices[i].Name = fmt.Sprintf("%s-%d", name, i)
+		}
+		objs = append(objs, s)
+	}
+	other := dct.GPUSlice("n", 1)
+	other.Name, other.Spec.Pool.Name, other.Spec.Devices[0].Name = "m-first", "a-pool", "other-0"
+	objs = append(objs, other)
+	c := newCounter(ctx, t, []corev1.ResourceName{gpuName}, append(objs, classes(t, gpuClass)...)...)
+	list, err := c.Classes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []fwk.NodeInfo{dct.NodeInfo(node("n", nil))}
+	want := []string{"other-0", "n-a-0", "n-a-1", "n-b-0", "n-b-1", "n-c-0", "n-c-1", "n-d-0", "n-d-1"}
+	for range 10 {
+		devs, err := c.Devices(ctx, list, gpuName, nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range devs["n"] {
+			got = append(got, d.Device.Name)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("devices %v, want %v", got, want)
 		}
 	}
 }

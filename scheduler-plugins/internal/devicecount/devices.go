@@ -1,8 +1,10 @@
 package devicecount
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -15,17 +17,20 @@ import (
 type NodeDevice struct {
 	ID     structured.DeviceID
 	Device *resourceapi.Device
-	// Sharing are the other devices of its pool that draw on a counter
-	// set it draws on (a GPU's MIG placements): while one of them is
-	// allocated, the allocator does not give out this device. A device
-	// may be listed more than once.
+	// Sharing are the devices of its pool that draw on a counter set it
+	// draws on (a GPU's MIG placements): while one of them is allocated,
+	// the allocator does not give out this device. The list includes the
+	// device itself and may list a device more than once; it is shared
+	// with the other devices of the set, read it, do not change it.
 	Sharing []structured.DeviceID
 }
 
 // Devices returns, per node, the devices of the node's own ResourceSlices
 // (spec.nodeName; the newest generation of each pool) that the classes of
-// name select, in slice order: the order the DRA allocator tries them.
-// The devices are the informer's: read them, do not change them.
+// name select, in the order the DRA allocator tries them: pools by driver
+// and name, a pool's slices by name, a slice's devices in order. (The
+// slices are listed in no fixed order.) The devices are the informer's:
+// read them, do not change them.
 func (c *Counter) Devices(ctx context.Context, classes Classes, name corev1.ResourceName, nodes []fwk.NodeInfo) (map[string][]NodeDevice, error) {
 	out := make(map[string][]NodeDevice, len(nodes))
 	if len(classes[name]) == 0 || len(nodes) == 0 || c.dra == nil {
@@ -43,25 +48,20 @@ func (c *Counter) Devices(ctx context.Context, classes Classes, name corev1.Reso
 	key := classes.key(name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var consumers map[pool]map[string][]structured.DeviceID
+	byNode := make(map[string][]*resourceapi.ResourceSlice, len(nodes))
 	for _, slice := range list {
 		node := ptr.Deref(slice.Spec.NodeName, "")
-		if !want[node] || newest.Stale(slice) {
-			continue
+		if want[node] && !newest.Stale(slice) {
+			byNode[node] = append(byNode[node], slice)
 		}
-		sel := c.selection(ctx, slice, name, classes[name], key)
-		for set, ids := range sel.consumers {
-			if consumers == nil {
-				consumers = map[pool]map[string][]structured.DeviceID{}
-			}
-			p := poolOf(slice)
-			if consumers[p] == nil {
-				consumers[p] = map[string][]structured.DeviceID{}
-			}
-			consumers[p][set] = append(consumers[p][set], ids...)
+	}
+	var consumers map[pool]map[string][]structured.DeviceID
+	for node, slices := range byNode {
+		if len(slices) > 1 {
+			sortLikeAllocator(slices)
 		}
-		for j, d := range sel.devices {
-			out[node] = append(out[node], NodeDevice{ID: sel.ids[j], Device: &slice.Spec.Devices[d]})
+		for _, slice := range slices {
+			c.nodeDevices(ctx, slice, node, name, classes, key, out, &consumers)
 		}
 	}
 	if consumers != nil {
@@ -72,19 +72,47 @@ func (c *Counter) Devices(ctx context.Context, classes Classes, name corev1.Reso
 	return out, nil
 }
 
+// sortLikeAllocator orders a node's slices as the allocator gathers
+// them: by driver, pool and slice name.
+func sortLikeAllocator(list []*resourceapi.ResourceSlice) {
+	slices.SortFunc(list, func(a, b *resourceapi.ResourceSlice) int {
+		return cmp.Or(cmp.Compare(a.Spec.Driver, b.Spec.Driver), cmp.Compare(a.Spec.Pool.Name, b.Spec.Pool.Name), cmp.Compare(a.Name, b.Name))
+	})
+}
+
+// nodeDevices adds a slice's selected devices to its node's and its
+// counter sets' consumers to the pool's. Callers hold c.mu.
+func (c *Counter) nodeDevices(ctx context.Context, slice *resourceapi.ResourceSlice, node string, name corev1.ResourceName, classes Classes, key string, out map[string][]NodeDevice, consumers *map[pool]map[string][]structured.DeviceID) {
+	sel := c.selection(ctx, slice, name, classes[name], key)
+	for set, ids := range sel.consumers {
+		if *consumers == nil {
+			*consumers = map[pool]map[string][]structured.DeviceID{}
+		}
+		p := poolOf(slice)
+		if (*consumers)[p] == nil {
+			(*consumers)[p] = map[string][]structured.DeviceID{}
+		}
+		(*consumers)[p][set] = append((*consumers)[p][set], ids...)
+	}
+	for j, d := range sel.devices {
+		out[node] = append(out[node], NodeDevice{ID: sel.ids[j], Device: &slice.Spec.Devices[d]})
+	}
+}
+
 // linkSharing lists, for each device that draws on counter sets, the
-// other devices of its pool that draw on them. A device drawing on two
-// sets with a common consumer lists it twice, which its readers do not
-// mind.
+// devices of its pool that draw on them: the set's own list where it
+// draws on one set (no copy: a GPU's dozens of MIG placements would
+// otherwise each copy the others), joined where it draws on several.
 func linkSharing(devs []NodeDevice, consumers map[pool]map[string][]structured.DeviceID) {
 	for i := range devs {
 		d := &devs[i]
-		for _, cc := range d.Device.ConsumesCounters {
-			for _, id := range consumers[pool{d.ID.Driver.String(), d.ID.Pool.String()}][cc.CounterSet] {
-				if id != d.ID {
-					d.Sharing = append(d.Sharing, id)
-				}
+		sets := consumers[pool{d.ID.Driver.String(), d.ID.Pool.String()}]
+		for k, cc := range d.Device.ConsumesCounters {
+			if k == 0 {
+				d.Sharing = sets[cc.CounterSet]
+				continue
 			}
+			d.Sharing = append(slices.Clip(d.Sharing), sets[cc.CounterSet]...)
 		}
 	}
 }
