@@ -5,7 +5,13 @@ package deployments
 
 import (
 	"embed"
+	"fmt"
 	"io/fs"
+	"maps"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // ChartDir is the chart's folder in Files.
@@ -48,6 +54,24 @@ func DeviceClasses() (map[string][]byte, error) {
 			return nil, err
 		}
 		out[e.Name()] = raw
+	}
+	return out, nil
+}
+
+// DeviceClassObjects returns the chart's DeviceClasses decoded strictly
+// (an unknown field is an error), in file name order.
+func DeviceClassObjects() ([]*resourceapi.DeviceClass, error) {
+	files, err := DeviceClasses()
+	if err != nil {
+		return nil, err
+	}
+	var out []*resourceapi.DeviceClass
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		c := &resourceapi.DeviceClass{}
+		if err := yaml.UnmarshalStrict(files[name], c); err != nil {
+			return nil, fmt.Errorf("chart DeviceClass %s: %w", name, err)
+		}
+		out = append(out, c)
 	}
 	return out, nil
 }

@@ -2,23 +2,18 @@
 // hardware preset (its fake sysfs and procfs, its NVML mock) and lays the
 // inventory out as the plugin's ResourceSlices, so that scheduling code
 // is exercised on what the plugin publishes for a real machine's layout.
-// It also reads the Helm chart's DeviceClasses.
 package nvidiapreset
 
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
-	"github.com/strata-sh/strata/deployments"
 	"github.com/strata-sh/strata/drivers/nvidia"
 	nvidiaapp "github.com/strata-sh/strata/drivers/nvidia/app"
 	"github.com/strata-sh/strata/drivers/plugin"
@@ -85,24 +80,6 @@ func Slices(node string, inv *plugin.Inventory) ([]*resourceapi.ResourceSlice, e
 		slice.UID, slice.ResourceVersion = types.UID("slice-"+slice.Name), "1"
 	}
 	return s, nil
-}
-
-// ChartDeviceClasses are the Helm chart's DeviceClasses, decoded
-// strictly, by file name.
-func ChartDeviceClasses() ([]*resourceapi.DeviceClass, error) {
-	files, err := deployments.DeviceClasses()
-	if err != nil {
-		return nil, err
-	}
-	var out []*resourceapi.DeviceClass
-	for _, name := range slices.Sorted(maps.Keys(files)) {
-		c := &resourceapi.DeviceClass{}
-		if err := yaml.UnmarshalStrict(files[name], c); err != nil {
-			return nil, fmt.Errorf("chart DeviceClass %s: %w", name, err)
-		}
-		out = append(out, c)
-	}
-	return out, nil
 }
 
 // PlacementDevice names the device of a MIG placement (dynamic MIG mode)

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/strata-sh/strata/deployments"
 )
@@ -33,16 +32,12 @@ func (l ClassLister) Get(name string) (*resourceapi.DeviceClass, error) {
 // StrataClasses returns the DeviceClasses the chart ships.
 func StrataClasses(tb testing.TB) ClassLister {
 	tb.Helper()
-	files, err := deployments.DeviceClasses()
+	classes, err := deployments.DeviceClassObjects()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	out := ClassLister{}
-	for _, raw := range files {
-		c := &resourceapi.DeviceClass{}
-		if err := yaml.Unmarshal(raw, c); err != nil {
-			tb.Fatal(err)
-		}
+	for _, c := range classes {
 		out[c.Name] = c
 	}
 	return out

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/strata-sh/strata/deployments"
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/internal/nvidiapreset"
 	"github.com/strata-sh/strata/internal/testutil"
@@ -25,7 +26,7 @@ import (
 // as its publisher does.
 func dgxA100(t testing.TB, nodes ...string) ([]runtime.Object, []*resourceapi.ResourceSlice) {
 	t.Helper()
-	classes, err := nvidiapreset.ChartDeviceClasses()
+	classes, err := deployments.DeviceClassObjects()
 	if err != nil {
 		t.Fatal(err)
 	}

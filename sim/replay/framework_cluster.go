@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/strata-sh/strata/deployments"
 	"github.com/strata-sh/strata/drivers/plugin"
 	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/internal/nvidiapreset"
@@ -52,7 +53,7 @@ type GPUModel struct {
 func BuildCluster(ctx context.Context, nodes []TraceNode) (*Cluster, error) {
 	c := &Cluster{Models: map[string]GPUModel{}}
 	var err error
-	if c.Classes, err = nvidiapreset.ChartDeviceClasses(); err != nil {
+	if c.Classes, err = deployments.DeviceClassObjects(); err != nil {
 		return nil, err
 	}
 	inventories := map[string]*plugin.Inventory{}

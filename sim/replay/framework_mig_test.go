@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/strata-sh/strata/deployments"
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/internal/nvidiapreset"
 )
@@ -25,7 +26,7 @@ func migCluster(t *testing.T, names ...string) *Cluster {
 		t.Fatal(err)
 	}
 	c := &Cluster{Models: map[string]GPUModel{}}
-	if c.Classes, err = nvidiapreset.ChartDeviceClasses(); err != nil {
+	if c.Classes, err = deployments.DeviceClassObjects(); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range names {
