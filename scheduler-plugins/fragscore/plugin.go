@@ -573,9 +573,9 @@ func (l *layouts) get(node string, devs, placements []devicecount.NodeDevice) *n
 	return ml
 }
 
-// layoutKey hashes the devices' IDs, in order. The slices the scheduler
-// lists may be copies (device taint rules apply to copies), so their
-// devices' addresses say nothing; their IDs hash in nanoseconds each.
+// layoutKey hashes the devices' IDs, in order: what identifies a node's
+// layout whatever objects hold the devices (a slice republished
+// unchanged is a new object). An ID hashes in nanoseconds.
 func layoutKey(devs, placements []devicecount.NodeDevice) uint64 {
 	var k uint64
 	for _, list := range [][]devicecount.NodeDevice{devs, placements} {
