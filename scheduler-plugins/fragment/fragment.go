@@ -33,8 +33,8 @@
 //
 // A GPU that can be partitioned (NVIDIA MIG under the plugin's dynamic
 // mode) has memory slices, and a MIG profile may start its instances only
-// at some slices (NVML's placement table). A task may ask for one
-// instance of a profile; a GPU hosts it when one of the profile's
+// at some slices (NVML's placement table). A task may ask for instances
+// of a profile; a GPU hosts one when one of the profile's
 // placements is free and the GPU is not held whole or in shares (those
 // draw on every slice, so the two uses exclude each other, as the
 // plugin's counters make the allocator see them). An instance's share is
@@ -344,24 +344,10 @@ func lost(n *Node, t Task, idle int64) (stranded, unreachable int64) {
 	var byGPU, roomy int64
 	var small int64
 	if t.Profile != "" {
-		var placements []uint32
-		if n.MIG != nil {
-			placements = n.MIG.Profiles[t.Profile]
-		}
-		if len(placements) == 0 {
+		var ok bool
+		if byGPU, small, ok = migCopies(n, t); !ok {
 			return idle, idle
 		}
-		for i := range n.GPUs {
-			c := 0
-			if n.partitionable(i) {
-				c = instances(n.Slices[i], placements)
-			}
-			if c == 0 {
-				small += n.idleOf(i)
-			}
-			byGPU += int64(c)
-		}
-		byGPU /= int64(t.GPUs)
 	} else {
 		for i, f := range n.GPUs {
 			if f >= t.Milli {
@@ -389,6 +375,31 @@ func lost(n *Node, t Task, idle int64) (stranded, unreachable int64) {
 		return stranded, idle
 	}
 	return stranded, small
+}
+
+// migCopies is how many copies of a MIG task the node's GPUs hold at
+// once, and the idle GPU of the GPUs that hold no instance of its
+// profile; false if the node has no placements of the profile.
+func migCopies(n *Node, t Task) (copies, small int64, ok bool) {
+	var placements []uint32
+	if n.MIG != nil {
+		placements = n.MIG.Profiles[t.Profile]
+	}
+	if len(placements) == 0 {
+		return 0, 0, false
+	}
+	var held int64
+	for i := range n.GPUs {
+		c := 0
+		if n.partitionable(i) {
+			c = instances(n.Slices[i], placements)
+		}
+		if c == 0 {
+			small += n.idleOf(i)
+		}
+		held += int64(c)
+	}
+	return held / int64(t.GPUs), small, true
 }
 
 // instances is how many instances of a profile fit at once in a GPU's

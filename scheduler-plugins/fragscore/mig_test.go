@@ -108,7 +108,7 @@ func TestMIGPodPacksInstances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := nodeView(nodes[0], devs["a-partitioned"], layoutOf(devs["a-partitioned"], placements["a-partitioned"]), placements["a-partitioned"], alloc)
+	a := nodeView(nodes[0], devs["a-partitioned"], layoutOf(devs["a-partitioned"], placements["a-partitioned"]), alloc)
 	if a.MIG == nil || a.MIG.Slices != 8 || len(a.GPUs) != 8 {
 		t.Fatalf("node view %+v; want eight GPUs of eight memory slices", a)
 	}

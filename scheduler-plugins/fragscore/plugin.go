@@ -240,7 +240,7 @@ func (p *Plugin) measure(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod
 	models := map[string]bool{}
 	for i, ni := range nodes {
 		name := ni.Node().Name
-		view[i] = nodeView(ni, devs[name], p.layouts.get(name, devs[name], placements[name]), placements[name], alloc)
+		view[i] = nodeView(ni, devs[name], p.layouts.get(name, devs[name], placements[name]), alloc)
 		if len(view[i].GPUs) > 0 {
 			models[view[i].Model] = true
 		}
@@ -399,12 +399,15 @@ func drawOnCounters(devs map[string][]devicecount.NodeDevice) bool {
 // and memory.
 func (p *Plugin) migTask(ctx context.Context, t fragment.Task, reqs []migRequest, nodes []fwk.NodeInfo, placements map[string][]devicecount.NodeDevice, view []fragment.Node) fragment.Task {
 	for i, ni := range nodes {
+		if view[i].MIG == nil {
+			continue
+		}
 		for _, d := range placements[ni.Node().Name] {
 			if !p.devices.Selects(ctx, reqs[0].selectors, d.ID.Driver.String(), d.Device) {
 				continue
 			}
 			profile, _, size, ok := placementOf(d.Device)
-			if !ok || view[i].MIG == nil {
+			if !ok {
 				continue
 			}
 			t.Profile = profile
@@ -440,39 +443,30 @@ func (p *Plugin) claimOf(pod *corev1.Pod, pc corev1.PodResourceClaim) *resourcea
 }
 
 // nodeView is a node's free CPU, memory and GPUs, and its GPUs' MIG
-// layout and instances where it publishes placements (ml, laid out from
-// the placements by layoutOf; nil if it has none).
-func nodeView(ni fwk.NodeInfo, devs []devicecount.NodeDevice, ml *nodeLayout, placements []devicecount.NodeDevice, alloc *structured.AllocatedState) fragment.Node {
+// layout and instances where it publishes placements (ml, laid out by
+// layoutOf; nil if it has none).
+func nodeView(ni fwk.NodeInfo, devs []devicecount.NodeDevice, ml *nodeLayout, alloc *structured.AllocatedState) fragment.Node {
 	a, r := ni.GetAllocatable(), ni.GetRequested()
 	n := fragment.Node{CPU: a.GetMilliCPU() - r.GetMilliCPU(), Memory: a.GetMemory() - r.GetMemory()}
-	for _, d := range devs {
+	var maskOf map[structured.DeviceID]uint32
+	if ml != nil && ml.layout != nil {
+		maskOf, n.MIG, n.Slices = ml.maskOf, ml.layout, make([]uint32, len(devs))
+	}
+	for i, d := range devs {
 		if n.Model == "" {
 			n.Model = modelOf(d.Device)
 		}
-		n.GPUs = append(n.GPUs, freeShare(d, alloc))
-	}
-	if ml == nil || ml.layout == nil || len(ml.published) != len(devs) {
-		return n
-	}
-	used := make([]uint32, len(devs))
-	for k, d := range placements {
-		if g := ml.gpu[k]; g >= 0 && alloc.AllocatedDevices.Has(d.ID) {
-			used[g] |= ml.mask[k]
+		free, instances := freeShare(d, alloc, maskOf)
+		if n.MIG != nil && ml.published[i] != 0 {
+			// Slices no placement of this GPU covers are held by
+			// instances the plugin did not make.
+			if instances |= ml.all &^ ml.published[i]; instances != 0 {
+				free = 0
+			}
+			n.Slices[i] = instances
 		}
+		n.GPUs = append(n.GPUs, free)
 	}
-	for i := range used {
-		if ml.published[i] == 0 {
-			// Not partitionable, or partitioned by hand: no placements.
-			continue
-		}
-		// Slices no placement of this GPU covers are held by instances
-		// the plugin did not make.
-		used[i] |= ml.all &^ ml.published[i]
-		if used[i] != 0 {
-			n.GPUs[i] = 0
-		}
-	}
-	n.MIG, n.Slices = ml.layout, used
 	return n
 }
 
@@ -485,10 +479,8 @@ type nodeLayout struct {
 	key uint64
 	// layout is nil when no placement belongs to a GPU.
 	layout *fragment.MIGLayout
-	// gpu and mask are per placement; gpu is -1 for one that belongs to
-	// no GPU of the node.
-	gpu  []int
-	mask []uint32
+	// maskOf holds the slices of each placement that belongs to a GPU.
+	maskOf map[structured.DeviceID]uint32
 	// published holds, per GPU, the slices its placements cover; all,
 	// those of any GPU.
 	published []uint32
@@ -498,7 +490,7 @@ type nodeLayout struct {
 // layoutOf lays out a node's MIG placements: each belongs to the GPU
 // whose counter set it draws on.
 func layoutOf(devs, placements []devicecount.NodeDevice) *nodeLayout {
-	ml := &nodeLayout{key: layoutKey(devs, placements), gpu: make([]int, len(placements)), mask: make([]uint32, len(placements)), published: make([]uint32, len(devs))}
+	ml := &nodeLayout{key: layoutKey(devs, placements), maskOf: make(map[structured.DeviceID]uint32, len(placements)), published: make([]uint32, len(devs))}
 	// A counter set is named within its pool: the key is the pool (a
 	// device ID without its device) and the name.
 	type counterSet struct {
@@ -516,8 +508,7 @@ func layoutOf(devs, placements []devicecount.NodeDevice) *nodeLayout {
 		}
 	}
 	layout := &fragment.MIGLayout{Profiles: map[string][]uint32{}}
-	for k, d := range placements {
-		ml.gpu[k] = -1
+	for _, d := range placements {
 		profile, start, size, ok := placementOf(d.Device)
 		if !ok || len(d.Device.ConsumesCounters) == 0 || start+size > 32 {
 			continue
@@ -531,7 +522,7 @@ func layoutOf(devs, placements []devicecount.NodeDevice) *nodeLayout {
 		if !slices.Contains(layout.Profiles[profile], mask) {
 			layout.Profiles[profile] = append(layout.Profiles[profile], mask)
 		}
-		ml.gpu[k], ml.mask[k] = gpu, mask
+		ml.maskOf[d.ID] = mask
 		ml.published[gpu] |= mask
 		ml.all |= mask
 	}
@@ -561,7 +552,7 @@ func (l *layouts) get(node string, devs, placements []devicecount.NodeDevice) *n
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ml := l.nodes[node]
-	if ml != nil && ml.key == layoutKey(devs, placements) && len(ml.published) == len(devs) {
+	if ml != nil && ml.key == layoutKey(devs, placements) {
 		return ml
 	}
 	if l.nodes == nil || len(l.nodes) > maxLayouts {
@@ -618,10 +609,8 @@ func attribute(d *resourceapi.Device, name string) *resourceapi.DeviceAttribute 
 // modelOf names a GPU's model: its product name where the driver
 // publishes one, else the vendor-neutral model.
 func modelOf(d *resourceapi.Device) string {
-	for name, a := range d.Attributes {
-		if a.StringValue != nil && (name == "productName" || strings.HasSuffix(string(name), "/productName")) {
-			return *a.StringValue
-		}
+	if a := attribute(d, "productName"); a != nil && a.StringValue != nil {
+		return *a.StringValue
 	}
 	if a, ok := d.Attributes["accelerator.strata.sh/model"]; ok && a.StringValue != nil {
 		return *a.StringValue
@@ -629,25 +618,35 @@ func modelOf(d *resourceapi.Device) string {
 	return ""
 }
 
-// freeShare is what a GPU's claims leave of it, in milli. A GPU that
-// shares counters with an allocated device (one of its MIG instances) is
-// not free at all: the allocator gives out neither the whole GPU nor a
-// share of it then.
-func freeShare(d devicecount.NodeDevice, alloc *structured.AllocatedState) int32 {
+// freeShare is what a GPU's claims leave of it, in milli, and the slices
+// of its MIG instances: the allocated devices among those sharing its
+// counters that maskOf knows as its placements (nil: none are looked
+// for). A GPU that shares counters with an allocated device is not free
+// at all: the allocator gives out neither the whole GPU nor a share of
+// it then.
+func freeShare(d devicecount.NodeDevice, alloc *structured.AllocatedState, maskOf map[structured.DeviceID]uint32) (int32, uint32) {
 	if alloc.AllocatedDevices.Has(d.ID) {
-		return 0
+		return 0, 0
 	}
+	held, instances := false, uint32(0)
 	for _, id := range d.Sharing {
 		if id == d.ID {
 			continue
 		}
 		if _, shared := alloc.AggregatedCapacity[id]; shared || alloc.AllocatedDevices.Has(id) {
-			return 0
+			held = true
+			if maskOf == nil {
+				break
+			}
+			instances |= maskOf[id]
 		}
+	}
+	if held {
+		return 0, instances
 	}
 	used, ok := alloc.AggregatedCapacity[d.ID]
 	if !ok {
-		return fragment.Whole
+		return fragment.Whole, 0
 	}
 	free := int64(fragment.Whole)
 	for name, total := range d.Device.Capacity {
@@ -661,5 +660,5 @@ func freeShare(d devicecount.NodeDevice, alloc *structured.AllocatedState) int32
 		left := (total.Value.Value() - q.Value()) * fragment.Whole / total.Value.Value()
 		free = min(free, max(left, 0))
 	}
-	return int32(free)
+	return int32(free), 0
 }

@@ -126,7 +126,7 @@ func TestFreeShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 70 % of the cores and half the memory left: 500 milli.
-	if n := nodeView(nodeInfos("n")[0], devs["n"], nil, nil, alloc); len(n.GPUs) != 1 || n.GPUs[0] != 500 {
+	if n := nodeView(nodeInfos("n")[0], devs["n"], nil, alloc); len(n.GPUs) != 1 || n.GPUs[0] != 500 {
 		t.Errorf("GPUs %v, want one with 500 milli free", n.GPUs)
 	}
 }
@@ -230,7 +230,7 @@ func TestMIGInstanceHoldsItsGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := nodeView(nodeInfos("n")[0], devs["n"], nil, nil, alloc); !cmp.Equal(n.GPUs, []int32{0, fragment.Whole}) {
+	if n := nodeView(nodeInfos("n")[0], devs["n"], nil, alloc); !cmp.Equal(n.GPUs, []int32{0, fragment.Whole}) {
 		t.Errorf("free GPUs %v, want [0 %d]: GPU 0 holds an allocated MIG instance", n.GPUs, fragment.Whole)
 	}
 }

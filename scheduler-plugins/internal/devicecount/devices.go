@@ -55,16 +55,16 @@ func (c *Counter) Devices(ctx context.Context, classes Classes, name corev1.Reso
 			byNode[node] = append(byNode[node], slice)
 		}
 	}
-	var consumers map[pool]map[string][]structured.DeviceID
+	consumers := map[pool]map[string][]structured.DeviceID{}
 	for node, slices := range byNode {
 		if len(slices) > 1 {
 			sortLikeAllocator(slices)
 		}
 		for _, slice := range slices {
-			c.nodeDevices(ctx, slice, node, name, classes, key, out, &consumers)
+			c.nodeDevices(ctx, slice, node, name, classes, key, out, consumers)
 		}
 	}
-	if consumers != nil {
+	if len(consumers) > 0 {
 		for _, devs := range out {
 			linkSharing(devs, consumers)
 		}
@@ -82,17 +82,14 @@ func sortLikeAllocator(list []*resourceapi.ResourceSlice) {
 
 // nodeDevices adds a slice's selected devices to its node's and its
 // counter sets' consumers to the pool's. Callers hold c.mu.
-func (c *Counter) nodeDevices(ctx context.Context, slice *resourceapi.ResourceSlice, node string, name corev1.ResourceName, classes Classes, key string, out map[string][]NodeDevice, consumers *map[pool]map[string][]structured.DeviceID) {
+func (c *Counter) nodeDevices(ctx context.Context, slice *resourceapi.ResourceSlice, node string, name corev1.ResourceName, classes Classes, key string, out map[string][]NodeDevice, consumers map[pool]map[string][]structured.DeviceID) {
 	sel := c.selection(ctx, slice, name, classes[name], key)
 	for set, ids := range sel.consumers {
-		if *consumers == nil {
-			*consumers = map[pool]map[string][]structured.DeviceID{}
-		}
 		p := poolOf(slice)
-		if (*consumers)[p] == nil {
-			(*consumers)[p] = map[string][]structured.DeviceID{}
+		if consumers[p] == nil {
+			consumers[p] = map[string][]structured.DeviceID{}
 		}
-		(*consumers)[p][set] = append((*consumers)[p][set], ids...)
+		consumers[p][set] = append(consumers[p][set], ids...)
 	}
 	for j, d := range sel.devices {
 		out[node] = append(out[node], NodeDevice{ID: sel.ids[j], Device: &slice.Spec.Devices[d]})

@@ -163,7 +163,7 @@ func (c *Counter) selection(ctx context.Context, slice *resourceapi.ResourceSlic
 			s.consumers[cc.CounterSet] = append(s.consumers[cc.CounterSet], structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, d.Name))
 		}
 		for _, class := range classes {
-			if c.matches(ctx, class, slice.Spec.Driver, d) {
+			if c.Selects(ctx, class.Spec.Selectors, slice.Spec.Driver, d) {
 				s.devices = append(s.devices, i)
 				s.ids = append(s.ids, structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, d.Name))
 				break
@@ -174,16 +174,10 @@ func (c *Counter) selection(ctx context.Context, slice *resourceapi.ResourceSlic
 	return s
 }
 
-// matches tells whether all of a class's selectors select a device. A
-// selector that does not compile or fails on the device selects nothing,
-// as the allocator would not allocate the device for the class either.
-func (c *Counter) matches(ctx context.Context, class *resourceapi.DeviceClass, driver string, d *resourceapi.Device) bool {
-	return c.Selects(ctx, class.Spec.Selectors, driver, d)
-}
-
 // Selects tells whether all the selectors (a DeviceClass's or a
 // request's) select a device, as the allocator evaluates them. A
-// selector that does not compile or fails on the device selects nothing.
+// selector that does not compile or fails on the device selects nothing,
+// as the allocator would not allocate the device for it either.
 func (c *Counter) Selects(ctx context.Context, selectors []resourceapi.DeviceSelector, driver string, d *resourceapi.Device) bool {
 	for _, sel := range selectors {
 		if sel.CEL == nil {
