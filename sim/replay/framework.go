@@ -81,18 +81,23 @@ func RunFramework(ctx context.Context, c *Cluster, pods []TracePod, profile stri
 
 // replayFramework schedules a sample and returns the result and the
 // scheduler, stopped, whose clientset holds the claims as allocated.
+//
+// A pod's claim is created shortly before the pod is scheduled, as a
+// user's claim (or the one the resourceclaim controller makes from a
+// template) exists once its pod is submitted: the sample is submitted
+// claimBatch pods at a time, each batch once the last is scheduled. The
+// claims of pods yet to arrive would change no placement, only make
+// every cycle walk them.
 func replayFramework(ctx context.Context, c *Cluster, sample []TracePod, prof *config.KubeSchedulerProfile, seed uint64, parallelism int) (*FrameworkResult, *scheduler, error) {
-	var claims []*resourceapi.ResourceClaim
+	claims := make([]*resourceapi.ResourceClaim, len(sample))
 	for i, p := range sample {
 		claim, err := claimObject(i, p, c)
 		if err != nil {
 			return nil, nil, err
 		}
-		if claim != nil {
-			claims = append(claims, claim)
-		}
+		claims[i] = claim
 	}
-	s, err := newScheduler(ctx, c, prof, claims, parallelism, seed)
+	s, err := newScheduler(ctx, c, prof, nil, parallelism, seed)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -101,6 +106,11 @@ func replayFramework(ctx context.Context, c *Cluster, sample []TracePod, prof *c
 	for i, p := range sample {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
+		}
+		if i%claimBatch == 0 {
+			if err := s.submit(ctx, claims[i:min(i+claimBatch, len(claims))]); err != nil {
+				return nil, nil, err
+			}
 		}
 		node, feasible, err := s.schedule(ctx, podObject(i, p))
 		res.Feasible[i] = feasible

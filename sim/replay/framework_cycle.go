@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -203,17 +204,56 @@ func (s *scheduler) keepInformerUp(ctx context.Context, claim string) error {
 	if s.sinceSync++; s.sinceSync < informerLag {
 		return nil
 	}
-	s.sinceSync = 0
 	written, err := s.dra.ResourceClaims().Get(replayNamespace, claim)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBug, err)
 	}
-	key := replayNamespace + "/" + claim
-	return wait.PollUntilContextTimeout(ctx, 50*time.Microsecond, time.Minute, true, func(context.Context) (bool, error) {
+	return s.awaitInformer(ctx, written)
+}
+
+// awaitInformer waits until the claim informer has seen a claim as
+// written, and with it every earlier write.
+func (s *scheduler) awaitInformer(ctx context.Context, written *resourceapi.ResourceClaim) error {
+	key := written.Namespace + "/" + written.Name
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Microsecond, time.Minute, true, func(context.Context) (bool, error) {
 		obj, ok, err := s.claims.GetStore().GetByKey(key)
 		if err != nil || !ok {
 			return false, err
 		}
 		return obj.(*resourceapi.ResourceClaim).ResourceVersion == written.ResourceVersion, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: claim informer did not see %s at resourceVersion %s: %w", errBug, key, written.ResourceVersion, err)
+	}
+	s.sinceSync = 0
+	return nil
+}
+
+// submit creates the claims of a batch of pods (nil for a pod without)
+// and waits until the scheduler's DRA manager sees them. A batch has at
+// most claimBatch claims, so that with the writes not yet seen it stays
+// within the fake watch's buffer.
+func (s *scheduler) submit(ctx context.Context, claims []*resourceapi.ResourceClaim) error {
+	var last *resourceapi.ResourceClaim
+	for _, claim := range claims {
+		if claim == nil {
+			continue
+		}
+		created, err := s.client.ResourceV1().ResourceClaims(claim.Namespace).Create(ctx, claim, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("create claim %s: %w", claim.Name, err)
+		}
+		last = created
+	}
+	if last == nil {
+		return nil
+	}
+	if err := s.awaitInformer(ctx, last); err != nil {
+		return err
+	}
+	// The assume cache fills in the informer's handler, after the store.
+	return wait.PollUntilContextTimeout(ctx, 50*time.Microsecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, err := s.dra.ResourceClaims().Get(last.Namespace, last.Name)
+		return err == nil, nil
 	})
 }

@@ -63,9 +63,14 @@ type scheduler struct {
 	nextStart  int
 }
 
-// informerLag bounds the claim writes the claim informer may lag behind:
-// the fake clientset's watch holds 100 events and panics when full.
-const informerLag = 32
+// informerLag bounds the claims bound (two writes each: the finalizer,
+// then the allocation) that the claim informer may lag behind, and
+// claimBatch the claims submitted at once: the fake clientset's watch
+// holds 100 events and panics when full.
+const (
+	informerLag = 32
+	claimBatch  = 16
+)
 
 // newScheduler starts one seed's scheduler with the sample's claims
 // already in the clientset, and returns once the DRA manager sees every

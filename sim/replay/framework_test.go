@@ -433,13 +433,17 @@ func TestStrataProfileIsTheShippedOne(t *testing.T) {
 
 // A whole seed of the default variant on the whole cluster, for timing
 // (STRATA_REPLAY_FULL=1; run with -cpuprofile to see where time goes;
-// STRATA_REPLAY_PROFILE, _PODS and _EVERY change the profile, cut the
-// sample and thin the cluster).
+// STRATA_REPLAY_VARIANT, _PROFILE, _PODS and _EVERY change the pod list
+// and the profile, cut the sample and thin the cluster).
 func TestFrameworkFullSeed(t *testing.T) {
 	if os.Getenv("STRATA_REPLAY_FULL") == "" {
 		t.Skip("set STRATA_REPLAY_FULL=1 to replay a whole seed")
 	}
-	nodes, pods := readTrace(t, "default")
+	variant := "default"
+	if v := os.Getenv("STRATA_REPLAY_VARIANT"); v != "" {
+		variant = v
+	}
+	nodes, pods := readTrace(t, variant)
 	// STRATA_REPLAY_EVERY=k keeps every k-th node: the same dynamics on a
 	// k times smaller cluster, k² times faster.
 	if k, err := strconv.Atoi(os.Getenv("STRATA_REPLAY_EVERY")); err == nil && k > 1 {
