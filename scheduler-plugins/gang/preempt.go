@@ -49,6 +49,9 @@ type nomination struct {
 	nodes    map[string]int
 	priority int32
 	at       time.Time
+	// freed: the victims were seen gone and their claims released, and
+	// the gang was sent to try again on that room.
+	freed bool
 	// spent: the victims are gone but the gang still did not fit.
 	spent bool
 }
@@ -223,13 +226,7 @@ func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) stri
 	if left > 0 {
 		return fmt.Sprintf("gang %s: waiting for %s evicted for it to terminate", g.key, plural(left, "pod"))
 	}
-	held := 0
-	for name := range nom.claims {
-		if c, err := p.handle.SharedDRAManager().ResourceClaims().Get(name.Namespace, name.Name); err == nil && c.Status.Allocation != nil && onlyReservedFor(c, nom.victims) {
-			held++
-		}
-	}
-	if held > 0 {
+	if held := p.heldForVictims(nom); held > 0 {
 		return fmt.Sprintf("gang %s: waiting for %s of evicted pods to be deallocated", g.key, plural(held, "ResourceClaim"))
 	}
 	if nom.spent {
@@ -238,6 +235,20 @@ func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) stri
 		}
 		p.clearNomination(g.key)
 		return ""
+	}
+	if !nom.freed {
+		// The plan that just failed may have read the claims before the
+		// victims' were released: one more try, on a plan computed from
+		// now, before deciding that the room cannot be used.
+		p.mu.Lock()
+		nom.freed = true
+		if f, ok := p.failures[g.key]; ok {
+			f.at = time.Time{} // not an answer for the next member
+			p.failures[g.key] = f
+		}
+		p.mu.Unlock()
+		p.activateMembers(klog.FromContext(ctx), g.key)
+		return fmt.Sprintf("gang %s: the pods evicted for it are gone; trying again in the room they left", g.key)
 	}
 	// The victims are gone and the gang still does not fit: give the room
 	// back, evict nothing more for now.
@@ -253,6 +264,50 @@ func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) stri
 		}
 	}
 	return fmt.Sprintf("gang %s: the room an earlier preemption made could not be used; nominations cleared, nothing more evicted", g.key)
+}
+
+// heldForVictims counts the allocated claims whose devices the
+// victims still hold: those recorded when they were evicted, and any
+// claim generated for a victim or reserved for victims alone. Looking
+// at every claim covers what the nomination could not record: a
+// scheduler that restarts rebuilds it from the pods before its claim
+// cache has caught up, and the claims of victims gone by then are
+// deallocated only when the ResourceClaim controller gets to them.
+// Until they are, the gang's plan finds no room, and marking the room
+// unusable then would hand it to the next pod.
+func (p *Plugin) heldForVictims(nom *nomination) int {
+	tracker := p.handle.SharedDRAManager().ResourceClaims()
+	held := 0
+	claims, err := tracker.List()
+	if err != nil {
+		for name := range nom.claims {
+			if c, err := tracker.Get(name.Namespace, name.Name); err == nil && c.Status.Allocation != nil && onlyReservedFor(c, nom.victims) {
+				held++
+			}
+		}
+		return held
+	}
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		recorded := nom.claims[types.NamespacedName{Namespace: c.Namespace, Name: c.Name}]
+		if (recorded || len(c.Status.ReservedFor) > 0 || ownedByVictim(c, nom.victims)) && onlyReservedFor(c, nom.victims) {
+			held++
+		}
+	}
+	return held
+}
+
+// ownedByVictim reports whether a claim was generated for one of the
+// victims: it goes with the pod.
+func ownedByVictim(c *resourceapi.ResourceClaim, victims map[types.UID]types.NamespacedName) bool {
+	for _, o := range c.OwnerReferences {
+		if _, ok := victims[o.UID]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // victimUnits groups the pods of lower priority into jobs: a gang with all

@@ -1,10 +1,16 @@
 package gang
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	fwk "k8s.io/kube-scheduler/framework"
 )
@@ -111,6 +117,107 @@ func TestNominatedRoomReservedAgainstEqualPriority(t *testing.T) {
 		got := p.reservedNodes(tc.prio, tc.gang)
 		if want := tc.want != ""; got.Has("cpu-0") != want || got.Has("cpu-1") {
 			t.Errorf("reservedNodes(priority %d, gang %q) = %v, want cpu-0: %v", tc.prio, tc.gang, sets.List(got), want)
+		}
+	}
+}
+
+// claimsHandle is a framework handle whose DRA manager knows only
+// ResourceClaims.
+type claimsHandle struct {
+	fwk.Handle
+	claims []*resourceapi.ResourceClaim
+}
+
+func (h claimsHandle) SharedDRAManager() fwk.SharedDRAManager { return claimsManager{claims: h.claims} }
+
+type claimsManager struct {
+	fwk.SharedDRAManager
+	claims []*resourceapi.ResourceClaim
+}
+
+func (m claimsManager) ResourceClaims() fwk.ResourceClaimTracker {
+	return claimsTracker{claims: m.claims}
+}
+
+type claimsTracker struct {
+	fwk.ResourceClaimTracker
+	claims []*resourceapi.ResourceClaim
+}
+
+func (t claimsTracker) List() ([]*resourceapi.ResourceClaim, error) { return t.claims, nil }
+
+func (t claimsTracker) Get(namespace, name string) (*resourceapi.ResourceClaim, error) {
+	for _, c := range t.claims {
+		if c.Namespace == namespace && c.Name == name {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("claim %s/%s not found", namespace, name)
+}
+
+// The victims of a preemption are gone, but the devices of their claims
+// are free only once the claims are deallocated: until then the gang
+// waits, and only then is room it cannot use given back. That holds for
+// claims the nomination did not record, as after a scheduler restart that
+// rebuilt it before its claim cache had them: the gang's claim-blind
+// wait would otherwise clear its nominations while the ResourceClaim
+// controller lags, and the first pod to come would take the room.
+func TestVictimClaimsHoldTheRoom(t *testing.T) {
+	victim := types.UID("holder-0")
+	generated := func(allocated bool, reservedFor ...types.UID) *resourceapi.ResourceClaim {
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "holder-0-gpus",
+			OwnerReferences: []metav1.OwnerReference{{Kind: "Pod", Name: "holder-0", UID: victim}}}}
+		if allocated {
+			c.Status.Allocation = &resourceapi.AllocationResult{}
+		}
+		for _, uid := range reservedFor {
+			c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: string(uid), UID: uid})
+		}
+		return c
+	}
+	shared := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "shared"},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}, ReservedFor: []resourceapi.ResourceClaimConsumerReference{
+			{Resource: "pods", Name: "holder-0", UID: victim}, {Resource: "pods", Name: "other", UID: "other"}}}}
+	unrelated := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "pending"},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}}}
+	const waiting, given = "waiting for 1 ResourceClaim of evicted pods to be deallocated", "could not be used; nominations cleared"
+	const retry = "the pods evicted for it are gone; trying again in the room they left"
+	for name, tc := range map[string]struct {
+		claims []*resourceapi.ResourceClaim
+		want   string
+	}{
+		"still reserved for the victim":          {[]*resourceapi.ResourceClaim{generated(true, victim), shared, unrelated}, waiting},
+		"unreserved, not yet deallocated":        {[]*resourceapi.ResourceClaim{generated(true)}, waiting},
+		"deallocated":                            {[]*resourceapi.ResourceClaim{generated(false)}, given},
+		"deleted":                                {nil, given},
+		"shared with a pod that was not evicted": {[]*resourceapi.ResourceClaim{shared, unrelated}, given},
+	} {
+		p, h := newTestPlugin(t, annotatedGang("hp", 2, "30s"))
+		p.handle = claimsHandle{Handle: h, claims: tc.claims}
+		nom := newNomination(1000)
+		nom.victims[victim] = types.NamespacedName{Namespace: "default", Name: "holder-0"}
+		nom.nodes["h100-0"] = 2
+		p.nominations["default/hp"] = nom
+		p.failures["default/hp"] = failure{msg: "gang default/hp: 2 pods do not fit in the cluster: 1 of 2 pods fit", at: time.Now()}
+		g := &gangSpec{key: "default/hp"}
+		got := p.earlierPreemptionPending(context.Background(), g)
+		if tc.want == waiting {
+			if !strings.Contains(got, waiting) || nom.spent || nom.nodes == nil || len(h.activated) != 0 {
+				t.Errorf("%s: %q (room given back %v, nodes %v, members retried %v); want it to say %q and keep the room",
+					name, got, nom.spent, nom.nodes, h.activated, waiting)
+			}
+			continue
+		}
+		// The plan that failed may predate the release: the gang tries
+		// once more, its failure no answer for the next member, before
+		// the room is given back.
+		if !strings.Contains(got, retry) || nom.spent || len(h.activated) != 2 || !p.failures["default/hp"].at.IsZero() {
+			t.Errorf("%s: first look %q (room given back %v, members retried %v, failure at %v); want it to say %q, the members retried and the failure not reused",
+				name, got, nom.spent, h.activated, p.failures["default/hp"].at, retry)
+		}
+		got = p.earlierPreemptionPending(context.Background(), g)
+		if !strings.Contains(got, given) || !nom.spent || nom.nodes != nil {
+			t.Errorf("%s: second look %q (room given back %v, nodes %v); want it to say %q and give the room back", name, got, nom.spent, nom.nodes, given)
 		}
 	}
 }

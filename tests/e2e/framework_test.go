@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -341,6 +342,33 @@ func (e *env) describePods(ns string, names ...string) string {
 		for _, c := range p.Status.Conditions {
 			fmt.Fprintf(&b, "; %s=%s %s %s", c.Type, c.Status, c.Reason, c.Message)
 		}
+	}
+	return b.String()
+}
+
+// describeOthers lists, for a failure seen only now and then, the pods of
+// the namespace not named and every ResourceClaim: who holds the room.
+func (e *env) describeOthers(ns string, skip []string) string {
+	var b strings.Builder
+	pods, err := e.client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	for _, p := range pods.Items {
+		if !slices.Contains(skip, p.Name) {
+			fmt.Fprintf(&b, "\npod %s: phase %s node %q deleting %v", p.Name, p.Status.Phase, p.Spec.NodeName, p.DeletionTimestamp != nil)
+		}
+	}
+	claims, err := e.client.ResourceV1().ResourceClaims(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return b.String() + "\n" + err.Error()
+	}
+	for _, c := range claims.Items {
+		var users []string
+		for _, r := range c.Status.ReservedFor {
+			users = append(users, r.Name)
+		}
+		fmt.Fprintf(&b, "\nclaim %s: allocated %v, reserved for %v, deleting %v", c.Name, c.Status.Allocation != nil, users, c.DeletionTimestamp != nil)
 	}
 	return b.String()
 }

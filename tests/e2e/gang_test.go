@@ -141,7 +141,7 @@ func (e *env) waitGangRunning(name string, n int) []corev1.Pod {
 		}
 		var pg schedulingv1alpha1.PodGroup
 		_ = e.crClient().Get(e.ctx, client.ObjectKey{Namespace: "default", Name: name}, &pg)
-		e.t.Fatalf("gang %s running: %v\nPodGroup status: %+v\n%s", name, err, pg.Status, e.describePods("default", names...))
+		e.t.Fatalf("gang %s running: %v\nPodGroup status: %+v\n%s\nothers:%s", name, err, pg.Status, e.describePods("default", names...), e.describeOthers("default", names))
 	}
 	return pods
 }
