@@ -219,14 +219,20 @@ func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) stri
 	for uid, name := range nom.victims {
 		// The pod lister can show a victim gone before the scheduler's
 		// snapshot, which plans read, has let go of its room.
-		if v, err := p.pods.Pods(name.Namespace).Get(name.Name); (err == nil && v.UID == uid) || p.inSnapshot(uid, nom.victimNodes[uid]) {
+		// A victim that was waiting in Permit was rejected, not deleted:
+		// it is back in the queue, with no room held.
+		if v, err := p.pods.Pods(name.Namespace).Get(name.Name); (err == nil && v.UID == uid && v.DeletionTimestamp != nil) || p.inSnapshot(uid, nom.victimNodes[uid]) {
 			left++
 		}
 	}
 	if left > 0 {
 		return fmt.Sprintf("gang %s: waiting for %s evicted for it to terminate", g.key, plural(left, "pod"))
 	}
-	if held := p.heldForVictims(nom); held > 0 {
+	held, err := p.heldForVictims(nom)
+	if err != nil {
+		return fmt.Sprintf("gang %s: cannot tell whether the claims of evicted pods are deallocated: %v", g.key, err)
+	}
+	if held > 0 {
 		return fmt.Sprintf("gang %s: waiting for %s of evicted pods to be deallocated", g.key, plural(held, "ResourceClaim"))
 	}
 	if nom.spent {
@@ -266,37 +272,75 @@ func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) stri
 	return fmt.Sprintf("gang %s: the room an earlier preemption made could not be used; nominations cleared, nothing more evicted", g.key)
 }
 
-// heldForVictims counts the allocated claims whose devices the
-// victims still hold: those recorded when they were evicted, and any
-// claim generated for a victim or reserved for victims alone. Looking
-// at every claim covers what the nomination could not record: a
-// scheduler that restarts rebuilds it from the pods before its claim
-// cache has caught up, and the claims of victims gone by then are
-// deallocated only when the ResourceClaim controller gets to them.
-// Until they are, the gang's plan finds no room, and marking the room
-// unusable then would hand it to the next pod.
-func (p *Plugin) heldForVictims(nom *nomination) int {
-	tracker := p.handle.SharedDRAManager().ResourceClaims()
-	held := 0
-	claims, err := tracker.List()
+// heldForVictims counts the allocated claims whose devices are not free
+// yet for the gang: those recorded when the victims were evicted, any
+// claim generated for a victim or reserved for victims alone, and any
+// claim on a node of the nomination reserved only for pods that are
+// gone. Looking at every claim covers what the nomination could not
+// record: a scheduler that restarts rebuilds it from the pods before its
+// claim cache has caught up, and from the pods that still exist then,
+// while the claims of victims gone are deallocated only when the
+// ResourceClaim controller gets to them. Until they are, the gang's plan
+// finds no room, and marking the room unusable then would hand it to the
+// next pod.
+func (p *Plugin) heldForVictims(nom *nomination) (int, error) {
+	claims, err := p.handle.SharedDRAManager().ResourceClaims().List()
 	if err != nil {
-		for name := range nom.claims {
-			if c, err := tracker.Get(name.Namespace, name.Name); err == nil && c.Status.Allocation != nil && onlyReservedFor(c, nom.victims) {
-				held++
-			}
-		}
-		return held
+		return 0, err
 	}
+	held := 0
 	for _, c := range claims {
 		if c.Status.Allocation == nil {
 			continue
 		}
 		recorded := nom.claims[types.NamespacedName{Namespace: c.Namespace, Name: c.Name}]
-		if (recorded || len(c.Status.ReservedFor) > 0 || ownedByVictim(c, nom.victims)) && onlyReservedFor(c, nom.victims) {
+		switch {
+		case (recorded || ownedByVictim(c, nom.victims)) && onlyReservedFor(c, nom.victims):
+			held++
+		case len(c.Status.ReservedFor) > 0 && p.releasing(c, nom) && p.onNominatedNode(c, nom):
 			held++
 		}
 	}
-	return held
+	return held, nil
+}
+
+// releasing reports whether every consumer of a claim is a victim or a
+// pod that is gone: the claim is about to be deallocated.
+func (p *Plugin) releasing(c *resourceapi.ResourceClaim, nom *nomination) bool {
+	for _, r := range c.Status.ReservedFor {
+		if _, ok := nom.victims[r.UID]; ok {
+			continue
+		}
+		if r.APIGroup != "" || r.Resource != "pods" {
+			return false
+		}
+		if pod, err := p.pods.Pods(c.Namespace).Get(r.Name); err == nil && pod.UID == r.UID {
+			return false
+		}
+	}
+	return true
+}
+
+// onNominatedNode reports whether a claim's devices are on a node the
+// nomination freed or reserved.
+func (p *Plugin) onNominatedNode(c *resourceapi.ResourceClaim, nom *nomination) bool {
+	sel := c.Status.Allocation.NodeSelector
+	if !nodeLocal(sel) {
+		return false
+	}
+	node := sel.NodeSelectorTerms[0].MatchFields[0].Values[0]
+	p.mu.Lock()
+	_, nominated := nom.nodes[node]
+	p.mu.Unlock()
+	if nominated {
+		return true
+	}
+	for _, n := range nom.victimNodes {
+		if n == node {
+			return true
+		}
+	}
+	return false
 }
 
 // ownedByVictim reports whether a claim was generated for one of the
