@@ -41,6 +41,8 @@ type Plugin struct {
 	src      *sources
 	capacity *capacityEstimator
 	status   *statusWriter
+	// evictRetry spaces the tries of a refused eviction.
+	evictRetry time.Duration
 	// upstream lists scheduling.k8s.io/v1beta1 PodGroups, composites
 	// v1alpha3 CompositePodGroups; nil when the cluster does not serve
 	// them (GenericWorkload, CompositePodGroup gates).
@@ -137,6 +139,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle, fts feature.Featur
 		pdbLister:   h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
 		plans:       map[string]*plan{},
 		nominations: map[string]*nomination{},
+		evictRetry:  evictRetryAfter,
 		failures:    map[string]failure{},
 		satisfied:   map[string]bool{},
 		gen:         map[string]uint64{},

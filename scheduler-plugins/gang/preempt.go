@@ -38,6 +38,23 @@ const AnnotationPreemptible = AnnotationPrefix + "preemptible"
 // does not come to use it.
 const nominationTTL = 5 * time.Minute
 
+// evictTries bounds how often the eviction of one victim is tried (an
+// admission webhook or RBAC refusing the delete, the API server
+// unreachable) before the gang gives its room up; evictRetryAfter spaces
+// the tries.
+const (
+	evictTries      = 3
+	evictRetryAfter = 5 * time.Second
+)
+
+// eviction is where the eviction of one victim stands.
+type eviction struct {
+	tries    int
+	inFlight bool
+	at       time.Time // when the last try ended
+	err      error     // why the last try failed; nil if it did not
+}
+
 // nomination is a preemption in flight for one gang.
 type nomination struct {
 	victims map[types.UID]types.NamespacedName
@@ -52,13 +69,18 @@ type nomination struct {
 	// freed: the victims were seen gone and their claims released, and
 	// the gang was sent to try again on that room.
 	freed bool
-	// spent: the victims are gone but the gang still did not fit.
+	// spent: the victims are gone but the gang still did not fit, or
+	// some could not be evicted; why says which.
 	spent bool
+	why   string
+	// evictions are the API deletes of the victims this scheduler made.
+	evictions map[types.UID]*eviction
 }
 
 func newNomination(prio int32) *nomination {
 	return &nomination{victims: map[types.UID]types.NamespacedName{}, victimNodes: map[types.UID]string{},
-		claims: map[types.NamespacedName]bool{}, nodes: map[string]int{}, priority: prio, at: time.Now()}
+		claims: map[types.NamespacedName]bool{}, nodes: map[string]int{}, priority: prio, at: time.Now(),
+		evictions: map[types.UID]*eviction{}}
 }
 
 // addVictim records a pod evicted for the nomination, and its allocated
@@ -194,11 +216,8 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 	// The API writes do not hold up the scheduling loop: the nomination
 	// above already keeps other pods off the room.
 	writes := context.WithoutCancel(ctx)
-	go workqueue.ParallelizeUntil(writes, apiWriters, len(victims), func(i int) {
-		if err := p.evict(writes, victims[i], g.key); err != nil {
-			logger.Error(err, "Cannot evict for gang", "gang", g.key, "victim", klog.KObj(victims[i]))
-		}
-	})
+	p.startEvictions(nom, victims)
+	go p.evictVictims(writes, g.key, nom, victims)
 	go p.nominate(writes, others)
 	p.status.preempted(g, fmt.Sprintf("evicting %s: %s", cost.String(), strings.Join(names, ", ")))
 	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: mine, NominatingMode: fwk.ModeOverride}}, fwk.NewStatus(fwk.Success)
@@ -214,6 +233,25 @@ func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) stri
 	p.mu.Unlock()
 	if nom == nil {
 		return ""
+	}
+	// A victim whose eviction failed is still bound and holds its room:
+	// evict it again, and after evictTries give the room up, naming it.
+	again, stuck := p.failedEvictions(nom)
+	if len(stuck) > 0 {
+		refused := slices.DeleteFunc(slices.Sorted(maps.Values(stuck)), func(s string) bool { return s == "" })
+		why := fmt.Sprintf("could not evict %s after %d tries", strings.Join(refused, ", "), evictTries)
+		p.giveRoomBack(ctx, g, nom, slices.Collect(maps.Keys(stuck)), why)
+		return fmt.Sprintf("gang %s: %s; nominations cleared, nothing more evicted before %s", g.key, why, nom.at.Add(nominationTTL).Format(time.RFC3339))
+	}
+	if len(again) > 0 {
+		p.startEvictions(nom, again)
+		go p.evictVictims(context.WithoutCancel(ctx), g.key, nom, again)
+		names := make([]string, len(again))
+		for i, v := range again {
+			names[i] = v.Namespace + "/" + v.Name
+		}
+		slices.Sort(names)
+		return fmt.Sprintf("gang %s: evicting %s again, the last try failed", g.key, strings.Join(names, ", "))
 	}
 	left := 0
 	for uid, name := range nom.victims {
@@ -237,7 +275,7 @@ func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) stri
 	}
 	if nom.spent {
 		if time.Since(nom.at) < nominationTTL {
-			return fmt.Sprintf("gang %s: the room an earlier preemption made could not be used; not evicting again before %s", g.key, nom.at.Add(nominationTTL).Format(time.RFC3339))
+			return fmt.Sprintf("gang %s: %s; not evicting again before %s", g.key, nom.why, nom.at.Add(nominationTTL).Format(time.RFC3339))
 		}
 		p.clearNomination(g.key)
 		return ""
@@ -258,8 +296,22 @@ func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) stri
 	}
 	// The victims are gone and the gang still does not fit: give the room
 	// back, evict nothing more for now.
+	p.giveRoomBack(ctx, g, nom, nil, "the room an earlier preemption made could not be used")
+	return fmt.Sprintf("gang %s: %s; nominations cleared, nothing more evicted", g.key, nom.why)
+}
+
+// giveRoomBack ends a nomination that cannot be used: its room is no
+// longer reserved, the members' nominated nodes are cleared, and the gang
+// evicts nothing more for nominationTTL, saying why. Victims in keep were
+// never evicted: they are no longer victims, and nothing waits for them.
+func (p *Plugin) giveRoomBack(ctx context.Context, g *gangSpec, nom *nomination, keep []types.UID, why string) {
 	p.mu.Lock()
-	nom.spent, nom.at, nom.nodes = true, time.Now(), nil
+	nom.spent, nom.at, nom.nodes, nom.why = true, time.Now(), nil, why
+	for _, uid := range keep {
+		delete(nom.victims, uid)
+		delete(nom.victimNodes, uid)
+		delete(nom.evictions, uid)
+	}
 	p.mu.Unlock()
 	for _, m := range p.members(g.key) {
 		if m.Spec.NodeName == "" && m.Status.NominatedNodeName != "" {
@@ -269,7 +321,112 @@ func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) stri
 			}
 		}
 	}
-	return fmt.Sprintf("gang %s: the room an earlier preemption made could not be used; nominations cleared, nothing more evicted", g.key)
+}
+
+// startEvictions records that the victims' evictions are under way, before
+// the writes start, so that nothing reads them as failed or not tried.
+func (p *Plugin) startEvictions(nom *nomination, victims []*corev1.Pod) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, v := range victims {
+		e := nom.evictions[v.UID]
+		if e == nil {
+			e = &eviction{}
+			nom.evictions[v.UID] = e
+		}
+		e.tries++
+		e.inFlight, e.err = true, nil
+	}
+}
+
+// errHeldBack marks a victim not evicted because another one's eviction
+// was refused.
+var errHeldBack = errors.New("not evicted while another victim's eviction is refused")
+
+// evictVictims makes the API writes that evict the victims and records
+// how each went. The deletes are first sent as a dry run, which runs
+// admission (policies, webhooks) without deleting: if any is refused,
+// none is evicted, since part of the room gains the gang nothing. If any
+// failed, the gang's members are sent round again once evictRetryAfter
+// has passed, to try again or give up: nothing else would wake them,
+// since nothing changes in the cluster.
+func (p *Plugin) evictVictims(ctx context.Context, gang string, nom *nomination, victims []*corev1.Pod) {
+	logger := klog.FromContext(ctx)
+	errs := make([]error, len(victims))
+	workqueue.ParallelizeUntil(ctx, apiWriters, len(victims), func(i int) {
+		errs[i] = p.deleteVictim(ctx, victims[i], true)
+	})
+	refused := slices.ContainsFunc(errs, func(err error) bool { return err != nil })
+	if refused {
+		for i, err := range errs {
+			if err == nil {
+				errs[i] = errHeldBack
+			}
+		}
+	} else {
+		workqueue.ParallelizeUntil(ctx, apiWriters, len(victims), func(i int) {
+			errs[i] = p.evict(ctx, victims[i], gang)
+		})
+	}
+	failed := false
+	p.mu.Lock()
+	for i, err := range errs {
+		if err != nil {
+			failed = true
+			if err != errHeldBack {
+				logger.Error(err, "Cannot evict for gang", "gang", gang, "victim", klog.KObj(victims[i]))
+			}
+		}
+		if e := nom.evictions[victims[i].UID]; e != nil {
+			e.inFlight, e.at, e.err = false, time.Now(), err
+		}
+	}
+	p.mu.Unlock()
+	if failed {
+		time.AfterFunc(p.evictRetry, func() { p.activateMembers(logger, gang) })
+	}
+}
+
+// failedEvictions looks at the victims whose last eviction failed and
+// that are still there, not terminating: those to evict again now, and
+// those whose tries are spent (with why the last failed).
+func (p *Plugin) failedEvictions(nom *nomination) (again []*corev1.Pod, stuck map[types.UID]string) {
+	type failedTry struct {
+		name  types.NamespacedName
+		tries int
+		at    time.Time
+		err   error
+	}
+	var failed map[types.UID]failedTry
+	p.mu.Lock()
+	for uid, e := range nom.evictions {
+		if !e.inFlight && e.err != nil {
+			if failed == nil {
+				failed = map[types.UID]failedTry{}
+			}
+			failed[uid] = failedTry{nom.victims[uid], e.tries, e.at, e.err}
+		}
+	}
+	p.mu.Unlock()
+	for uid, f := range failed {
+		v, err := p.pods.Pods(f.name.Namespace).Get(f.name.Name)
+		if err != nil || v.UID != uid || v.DeletionTimestamp != nil {
+			continue // gone, or going, after all
+		}
+		switch {
+		case f.tries >= evictTries:
+			if stuck == nil {
+				stuck = map[types.UID]string{}
+			}
+			stuck[uid] = ""
+			if f.err != errHeldBack {
+				stuck[uid] = fmt.Sprintf("%s (%v)", f.name, f.err)
+			}
+		case time.Since(f.at) >= p.evictRetry:
+			again = append(again, v)
+		}
+	}
+	return again, stuck
 }
 
 // heldForVictims counts the allocated claims whose devices are not free
@@ -546,10 +703,23 @@ func (p *Plugin) evict(ctx context.Context, v *corev1.Pod, gang string) error {
 	if _, err := cs.CoreV1().Pods(v.Namespace).Patch(ctx, v.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("mark victim %s/%s: %w", v.Namespace, v.Name, err)
 	}
-	if err := cs.CoreV1().Pods(v.Namespace).Delete(ctx, v.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(v.UID))}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("evict victim %s/%s: %w", v.Namespace, v.Name, err)
+	if err := p.deleteVictim(ctx, v, false); err != nil {
+		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Evicted for gang", "victim", klog.KObj(v), "gang", gang)
+	return nil
+}
+
+// deleteVictim deletes a victim, the same pod only (its UID), or with
+// dryRun asks whether the API server would let it be deleted.
+func (p *Plugin) deleteVictim(ctx context.Context, v *corev1.Pod, dryRun bool) error {
+	opts := metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(v.UID))}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	if err := p.handle.ClientSet().CoreV1().Pods(v.Namespace).Delete(ctx, v.Name, opts); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("evict victim %s/%s: %w", v.Namespace, v.Name, err)
+	}
 	return nil
 }
 

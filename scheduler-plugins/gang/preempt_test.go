@@ -2,17 +2,26 @@ package gang
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 )
 
 // The bound counts a node's room with evictions only where an evicted
@@ -242,5 +251,172 @@ func TestVictimClaimsHoldTheRoom(t *testing.T) {
 		if !strings.Contains(got, given) || !nom.spent || nom.nodes != nil {
 			t.Errorf("%s: second look %q (room given back %v, nodes %v); want it to say %q and give the room back", name, got, nom.spent, nom.nodes, given)
 		}
+	}
+}
+
+// evictHandle is a framework handle with a clientset and a DRA manager
+// that knows no claims; it counts activations, which may come from a
+// timer.
+type evictHandle struct {
+	*fakeHandle
+	cs          kubernetes.Interface
+	snap        fwk.SharedLister
+	mu          sync.Mutex
+	activations int
+}
+
+func (h *evictHandle) ClientSet() kubernetes.Interface { return h.cs }
+
+func (h *evictHandle) SharedDRAManager() fwk.SharedDRAManager { return claimsManager{} }
+
+func (h *evictHandle) SnapshotSharedLister() fwk.SharedLister { return h.snap }
+
+func (h *evictHandle) Activate(klog.Logger, map[string]*corev1.Pod) {
+	h.mu.Lock()
+	h.activations++
+	h.mu.Unlock()
+}
+
+func (h *evictHandle) activated() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.activations
+}
+
+// A victim whose eviction the API refuses (an admission policy or webhook
+// on pod deletes) stays bound and holds its room. The gang must not wait
+// for it forever, nor lose the others for nothing: the deletes go first
+// as a dry run, and while one is refused no victim is deleted; the
+// eviction is tried again, the members woken to do so, and after
+// evictTries the room is given up, the refused victim and the API's
+// answer named, and nothing counted as a victim any more. A refusal that
+// clears on a later try costs nothing.
+func TestRefusedEvictionIsRetriedThenGivenUp(t *testing.T) {
+	for name, tc := range map[string]struct {
+		refusals int // deletes of holder-0 refused before one is let through
+		want     string
+		stuck    bool
+	}{
+		"refused every time":    {refusals: 1 << 30, want: `could not evict default/holder-0 (evict victim default/holder-0: admission webhook "no-deletes" denied the request) after 3 tries`, stuck: true},
+		"refused once, then ok": {refusals: 1, want: "the pods evicted for it are gone; trying again in the room they left"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var victims []*corev1.Pod
+			for i := range 2 {
+				name := fmt.Sprintf("holder-%d", i)
+				victims = append(victims, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(name)}, Spec: corev1.PodSpec{NodeName: "h100-0"}})
+			}
+			cs := fake.NewClientset(victims[0], victims[1])
+			var mu sync.Mutex
+			guarded, deleted := 0, 0
+			cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				d := a.(k8stesting.DeleteAction)
+				if d.GetName() == "holder-0" {
+					guarded++
+					if guarded <= tc.refusals {
+						return true, nil, errors.New(`admission webhook "no-deletes" denied the request`)
+					}
+				}
+				if len(d.GetDeleteOptions().DryRun) > 0 {
+					return true, nil, nil
+				}
+				deleted++
+				return false, nil, nil
+			})
+			p, fh := newTestPlugin(t, append(annotatedGang("hp", 2, "30s"), victims...))
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "h100-0"}}
+			h := &evictHandle{fakeHandle: fh, cs: cs, snap: cache.NewSnapshot(victims, []*corev1.Node{node})}
+			p.handle, p.evictRetry = h, 0
+			nom := newNomination(1000)
+			for _, v := range victims {
+				p.addVictim(nom, v)
+			}
+			nom.nodes["h100-0"] = 2
+			p.nominations["default/hp"] = nom
+			g := &gangSpec{key: "default/hp"}
+			left := func() []string {
+				var out []string
+				for _, v := range victims {
+					if _, err := cs.CoreV1().Pods("default").Get(context.Background(), v.Name, metav1.GetOptions{}); err == nil {
+						out = append(out, v.Name)
+					}
+				}
+				return out
+			}
+			settle := func() {
+				t.Helper()
+				err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+					p.mu.Lock()
+					defer p.mu.Unlock()
+					for _, e := range nom.evictions {
+						if e.inFlight {
+							return false, nil
+						}
+					}
+					return true, nil
+				})
+				if err != nil {
+					t.Fatal("the eviction never ended")
+				}
+			}
+
+			p.startEvictions(nom, victims)
+			p.evictVictims(context.Background(), g.key, nom, victims)
+			if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				return h.activated() > 0, nil
+			}); err != nil {
+				t.Fatal("a refused eviction did not wake the gang's members to try again")
+			}
+			if got := left(); len(got) != 2 {
+				t.Fatalf("after a refused eviction %v left, want both victims: none is evicted while one is refused", got)
+			}
+			// The scheduler's lister still has the victims, not deleted.
+			var got string
+			for try := 2; try <= evictTries && try <= tc.refusals+1; try++ {
+				got = p.earlierPreemptionPending(context.Background(), g)
+				if want := "evicting default/holder-0, default/holder-1 again, the last try failed"; !strings.Contains(got, want) {
+					t.Fatalf("try %d: %q, want it to say %q", try, got, want)
+				}
+				settle()
+			}
+			mu.Lock()
+			if want := map[bool]int{true: 0, false: 2}[tc.stuck]; deleted != want {
+				t.Errorf("%d pods deleted, want %d", deleted, want)
+			}
+			// A dry run per try, and the delete itself once one is let through.
+			if want := map[bool]int{true: evictTries, false: tc.refusals + 2}[tc.stuck]; guarded != want {
+				t.Errorf("holder-0's deletes sent %d times, want %d", guarded, want)
+			}
+			mu.Unlock()
+			if got := left(); (len(got) == 2) != tc.stuck || (len(got) != 0) != tc.stuck {
+				t.Errorf("victims left %v; want all of them: %v", got, tc.stuck)
+			}
+			if !tc.stuck {
+				// The informer and the next snapshot would now show the
+				// victims gone.
+				for _, v := range victims {
+					if err := p.podIndex.Delete(v); err != nil {
+						t.Fatal(err)
+					}
+				}
+				h.snap = cache.NewSnapshot(nil, []*corev1.Node{node})
+			}
+			got = p.earlierPreemptionPending(context.Background(), g)
+			if !strings.Contains(got, tc.want) || strings.Contains(got, "holder-1") {
+				t.Errorf("%q, want it to say %q and not name holder-1, which was not refused", got, tc.want)
+			}
+			if len(nom.victims) != map[bool]int{true: 0, false: 2}[tc.stuck] || nom.spent != tc.stuck {
+				t.Errorf("victims still counted: %d, room given back: %v; want %v", len(nom.victims), nom.spent, tc.stuck)
+			}
+			if tc.stuck {
+				// The gang no longer waits for the pods it could not evict.
+				// It goes on saying why.
+				if got := p.earlierPreemptionPending(context.Background(), g); !strings.Contains(got, "could not evict default/holder-0 (") || !strings.Contains(got, "not evicting again before") {
+					t.Errorf("after giving up: %q, want the gang to back off, saying why, not wait for the victims", got)
+				}
+			}
+		})
 	}
 }

@@ -113,7 +113,16 @@ func (e *env) waitPodGroup(name, what string, timeout time.Duration, ok func(*sc
 // waitGangMessage waits until the PodGroup's Scheduled condition says want.
 func (e *env) waitGangMessage(name, want string, timeout time.Duration) {
 	e.t.Helper()
+	last := "no Scheduled condition"
+	defer func() {
+		if e.t.Failed() {
+			e.t.Logf("PodGroup %s last said: %s", name, last)
+		}
+	}()
 	e.waitPodGroup(name, "PodGroup "+name+" says "+want, timeout, func(_ *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
+		if c != nil {
+			last = c.Message
+		}
 		return c != nil && strings.Contains(c.Message, want)
 	})
 }

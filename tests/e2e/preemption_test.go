@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -471,4 +472,71 @@ func TestNominationsSurviveSchedulerRestart(t *testing.T) {
 	e.lowGPUIntruder()
 	e.releaseHolders(holders)
 	e.checkGangGotTheGPUs()
+}
+
+// refuseDeletes installs a ValidatingAdmissionPolicy that refuses to
+// delete pods labelled guard=true, as a cluster's own policy or webhook
+// may, and waits until the API server enforces it.
+func (e *env) refuseDeletes() {
+	e.t.Helper()
+	adm := e.client.AdmissionregistrationV1()
+	fail := admissionv1.Fail
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "refuse-deletes"},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admissionv1.MatchResources{
+				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"guard": "true"}},
+				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Delete},
+					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+				}}},
+			},
+			Validations: []admissionv1.Validation{{Expression: "false", Message: "guarded pods are not deleted"}},
+		},
+	}
+	if _, err := adm.ValidatingAdmissionPolicies().Create(e.ctx, policy, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "refuse-deletes"},
+		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "refuse-deletes", ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+	}
+	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(e.ctx, binding, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	// Policies take effect asynchronously: ask to delete a guarded probe
+	// (a dry run) until it is refused.
+	e.createPod(testutil.MakePod("guarded-probe").Scheduler("nobody").Label("guard", "true").Obj())
+	e.eventually(30*time.Second, "delete policy enforced", func(ctx context.Context) (bool, error) {
+		err := e.client.CoreV1().Pods("default").Delete(ctx, "guarded-probe", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "guarded pods are not deleted"), nil
+	})
+}
+
+// TestRefusedEvictionGivesRoomUp: the gang needs both low-priority pods
+// gone, and the cluster refuses to delete one of them. Nothing is
+// evicted (the deletes go as a dry run first), the eviction is tried
+// again, and then the room is given up: the PodGroup names the pod and
+// the API server's answer, the gang's member is no longer nominated, and
+// both pods still run.
+func TestRefusedEvictionGivesRoomUp(t *testing.T) {
+	e := startCluster(t, cpuNodes(1))
+	e.priorityClasses()
+	e.refuseDeletes()
+	e.lowPod("guarded", "cpu-0", "6", func(p *corev1.Pod) { p.Labels = map[string]string{"guard": "true"} })
+	e.lowPod("plain", "cpu-0", "6")
+	e.hpGang("hp", 1, "12", 0, nil) // 4 CPUs free: room only with both gone
+	e.waitGangMessage("hp", "could not evict default/guarded (evict victim default/guarded:", 2*time.Minute)
+	e.waitGangMessage("hp", "guarded pods are not deleted) after 3 tries;", time.Second)
+	if got := e.survivors("guarded", "plain"); len(got) != 2 {
+		t.Errorf("pods left %v, want both: none is evicted while another's eviction is refused", got)
+	}
+	p, err := e.client.CoreV1().Pods("default").Get(e.ctx, "hp-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.NodeName != "" || p.Status.NominatedNodeName != "" {
+		t.Errorf("hp-0: node %q, nominated %q; want neither", p.Spec.NodeName, p.Status.NominatedNodeName)
+	}
 }
