@@ -45,6 +45,8 @@ const nominationTTL = 5 * time.Minute
 const (
 	evictTries      = 3
 	evictRetryAfter = 5 * time.Second
+	// evictTimeout bounds the API writes of one round of evictions.
+	evictTimeout = 30 * time.Second
 )
 
 // eviction is where the eviction of one victim stands.
@@ -236,22 +238,24 @@ func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) stri
 	}
 	// A victim whose eviction failed is still bound and holds its room:
 	// evict it again, and after evictTries give the room up, naming it.
-	again, stuck := p.failedEvictions(nom)
-	if len(stuck) > 0 {
-		refused := slices.DeleteFunc(slices.Sorted(maps.Values(stuck)), func(s string) bool { return s == "" })
-		why := fmt.Sprintf("could not evict %s after %d tries", strings.Join(refused, ", "), evictTries)
-		p.giveRoomBack(ctx, g, nom, slices.Collect(maps.Keys(stuck)), why)
+	// Those held back with it are not victims any more either.
+	fe := p.failedEvictions(nom)
+	if len(fe.stuck) > 0 {
+		why := fmt.Sprintf("could not evict %s after %d tries", strings.Join(fe.stuck, ", "), evictTries)
+		p.giveRoomBack(ctx, g, nom, fe.notEvicted, why)
 		return fmt.Sprintf("gang %s: %s; nominations cleared, nothing more evicted before %s", g.key, why, nom.at.Add(nominationTTL).Format(time.RFC3339))
 	}
-	if len(again) > 0 {
-		p.startEvictions(nom, again)
-		go p.evictVictims(context.WithoutCancel(ctx), g.key, nom, again)
-		names := make([]string, len(again))
-		for i, v := range again {
+	if len(fe.again) > 0 {
+		p.startEvictions(nom, fe.again)
+		go p.evictVictims(context.WithoutCancel(ctx), g.key, nom, fe.again)
+		names := make([]string, len(fe.again))
+		for i, v := range fe.again {
 			names[i] = v.Namespace + "/" + v.Name
 		}
-		slices.Sort(names)
 		return fmt.Sprintf("gang %s: evicting %s again, the last try failed", g.key, strings.Join(names, ", "))
+	}
+	if len(fe.waiting) > 0 {
+		return fmt.Sprintf("gang %s: could not evict %s; trying again at %s", g.key, strings.Join(fe.waiting, ", "), fe.next.Format(time.RFC3339))
 	}
 	left := 0
 	for uid, name := range nom.victims {
@@ -352,6 +356,10 @@ var errHeldBack = errors.New("not evicted while another victim's eviction is ref
 // since nothing changes in the cluster.
 func (p *Plugin) evictVictims(ctx context.Context, gang string, nom *nomination, victims []*corev1.Pod) {
 	logger := klog.FromContext(ctx)
+	// A hung call would keep the evictions in flight, and the gang
+	// waiting, for good.
+	ctx, cancel := context.WithTimeout(ctx, evictTimeout)
+	defer cancel()
 	errs := make([]error, len(victims))
 	workqueue.ParallelizeUntil(ctx, apiWriters, len(victims), func(i int) {
 		errs[i] = p.deleteVictim(ctx, victims[i], true)
@@ -383,14 +391,33 @@ func (p *Plugin) evictVictims(ctx context.Context, gang string, nom *nomination,
 	}
 	p.mu.Unlock()
 	if failed {
-		time.AfterFunc(p.evictRetry, func() { p.activateMembers(logger, gang) })
+		time.AfterFunc(p.evictRetry, func() {
+			p.mu.Lock()
+			if f, ok := p.failures[gang]; ok {
+				f.at = time.Time{} // the members must reach PostFilter again
+				p.failures[gang] = f
+			}
+			p.mu.Unlock()
+			p.activateMembers(logger, gang)
+		})
 	}
 }
 
-// failedEvictions looks at the victims whose last eviction failed and
-// that are still there, not terminating: those to evict again now, and
-// those whose tries are spent (with why the last failed).
-func (p *Plugin) failedEvictions(nom *nomination) (again []*corev1.Pod, stuck map[types.UID]string) {
+// failedEvictions is where the victims stand whose last eviction failed
+// and that are still there, not terminating.
+type failedEvictions struct {
+	// again are to be evicted again now.
+	again []*corev1.Pod
+	// stuck name the victims refused evictTries times, and why.
+	stuck []string
+	// waiting name the victims refused, to be tried again at next.
+	waiting []string
+	next    time.Time
+	// notEvicted are all of them.
+	notEvicted []types.UID
+}
+
+func (p *Plugin) failedEvictions(nom *nomination) failedEvictions {
 	type failedTry struct {
 		name  types.NamespacedName
 		tries int
@@ -408,25 +435,31 @@ func (p *Plugin) failedEvictions(nom *nomination) (again []*corev1.Pod, stuck ma
 		}
 	}
 	p.mu.Unlock()
+	var out failedEvictions
 	for uid, f := range failed {
 		v, err := p.pods.Pods(f.name.Namespace).Get(f.name.Name)
 		if err != nil || v.UID != uid || v.DeletionTimestamp != nil {
 			continue // gone, or going, after all
 		}
+		out.notEvicted = append(out.notEvicted, uid)
+		refused := f.err != errHeldBack
+		why := fmt.Sprintf("%s (%v)", f.name, f.err)
 		switch {
-		case f.tries >= evictTries:
-			if stuck == nil {
-				stuck = map[types.UID]string{}
-			}
-			stuck[uid] = ""
-			if f.err != errHeldBack {
-				stuck[uid] = fmt.Sprintf("%s (%v)", f.name, f.err)
-			}
+		case refused && f.tries >= evictTries:
+			out.stuck = append(out.stuck, why)
 		case time.Since(f.at) >= p.evictRetry:
-			again = append(again, v)
+			out.again = append(out.again, v)
+		case refused:
+			out.waiting = append(out.waiting, why)
+			if at := f.at.Add(p.evictRetry); at.After(out.next) {
+				out.next = at
+			}
 		}
 	}
-	return again, stuck
+	slices.Sort(out.stuck)
+	slices.Sort(out.waiting)
+	slices.SortFunc(out.again, func(a, b *corev1.Pod) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
+	return out
 }
 
 // heldForVictims counts the allocated claims whose devices are not free

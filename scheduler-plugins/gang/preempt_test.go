@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -289,18 +290,41 @@ func (h *evictHandle) activated() int {
 // as a dry run, and while one is refused no victim is deleted; the
 // eviction is tried again, the members woken to do so, and after
 // evictTries the room is given up, the refused victim and the API's
-// answer named, and nothing counted as a victim any more. A refusal that
-// clears on a later try costs nothing.
+// answer named, and nothing not evicted counted as a victim any more. A
+// refusal that clears on a later try costs nothing; a delete refused
+// after its dry run passed costs the victims already deleted.
 func TestRefusedEvictionIsRetriedThenGivenUp(t *testing.T) {
+	const refusal = `admission webhook "no-deletes" denied the request`
 	for name, tc := range map[string]struct {
-		refusals int // deletes of holder-0 refused before one is let through
-		want     string
-		stuck    bool
+		// refuse says whether holder-0's n-th delete (from 1, dry runs
+		// included) is refused.
+		refuse  func(n int, dryRun bool) bool
+		retried string // the victims tried again
+		calls   int    // deletes of holder-0 sent, dry runs included
+		left    []string
+		want    string
 	}{
-		"refused every time":    {refusals: 1 << 30, want: `could not evict default/holder-0 (evict victim default/holder-0: admission webhook "no-deletes" denied the request) after 3 tries`, stuck: true},
-		"refused once, then ok": {refusals: 1, want: "the pods evicted for it are gone; trying again in the room they left"},
+		"refused every time": {
+			refuse:  func(int, bool) bool { return true },
+			retried: "default/holder-0, default/holder-1",
+			calls:   evictTries, left: []string{"holder-0", "holder-1"},
+			want: "could not evict default/holder-0 (evict victim default/holder-0: " + refusal + ") after 3 tries",
+		},
+		"refused once, then let through": {
+			refuse:  func(n int, _ bool) bool { return n == 1 },
+			retried: "default/holder-0, default/holder-1",
+			calls:   3, // refused, dry run, delete
+			want:    "the pods evicted for it are gone; trying again in the room they left",
+		},
+		"delete refused after its dry run": {
+			refuse:  func(_ int, dryRun bool) bool { return !dryRun },
+			retried: "default/holder-0",
+			calls:   2 * evictTries, left: []string{"holder-0"},
+			want: "could not evict default/holder-0 (evict victim default/holder-0: " + refusal + ") after 3 tries",
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
+			stuck := len(tc.left) > 0
 			var victims []*corev1.Pod
 			for i := range 2 {
 				name := fmt.Sprintf("holder-%d", i)
@@ -308,22 +332,19 @@ func TestRefusedEvictionIsRetriedThenGivenUp(t *testing.T) {
 			}
 			cs := fake.NewClientset(victims[0], victims[1])
 			var mu sync.Mutex
-			guarded, deleted := 0, 0
+			calls := 0
 			cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				d := a.(k8stesting.DeleteAction)
+				dryRun := len(d.GetDeleteOptions().DryRun) > 0
 				if d.GetName() == "holder-0" {
-					guarded++
-					if guarded <= tc.refusals {
-						return true, nil, errors.New(`admission webhook "no-deletes" denied the request`)
+					calls++
+					if tc.refuse(calls, dryRun) {
+						return true, nil, errors.New(refusal)
 					}
 				}
-				if len(d.GetDeleteOptions().DryRun) > 0 {
-					return true, nil, nil
-				}
-				deleted++
-				return false, nil, nil
+				return dryRun, nil, nil // a dry run deletes nothing
 			})
 			p, fh := newTestPlugin(t, append(annotatedGang("hp", 2, "30s"), victims...))
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "h100-0"}}
@@ -335,15 +356,24 @@ func TestRefusedEvictionIsRetriedThenGivenUp(t *testing.T) {
 			}
 			nom.nodes["h100-0"] = 2
 			p.nominations["default/hp"] = nom
+			p.failures["default/hp"] = failure{msg: "gang default/hp: 2 pods do not fit in the cluster", at: time.Now()}
 			g := &gangSpec{key: "default/hp"}
-			left := func() []string {
-				var out []string
+			// observe shows the scheduler the victims the API has deleted,
+			// as its informer and next snapshot would, and returns those
+			// left.
+			observe := func() []string {
+				var left []string
+				var bound []*corev1.Pod
 				for _, v := range victims {
 					if _, err := cs.CoreV1().Pods("default").Get(context.Background(), v.Name, metav1.GetOptions{}); err == nil {
-						out = append(out, v.Name)
+						left = append(left, v.Name)
+						bound = append(bound, v)
+					} else if err := p.podIndex.Delete(v); err != nil {
+						t.Fatal(err)
 					}
 				}
-				return out
+				h.snap = cache.NewSnapshot(bound, []*corev1.Node{node})
+				return left
 			}
 			settle := func() {
 				t.Helper()
@@ -364,55 +394,58 @@ func TestRefusedEvictionIsRetriedThenGivenUp(t *testing.T) {
 
 			p.startEvictions(nom, victims)
 			p.evictVictims(context.Background(), g.key, nom, victims)
+			// The members are woken, and the failure that sent them to
+			// PostFilter is no answer any more: otherwise they would not
+			// get there again.
 			if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-				return h.activated() > 0, nil
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				return h.activated() > 0 && p.failures["default/hp"].at.IsZero(), nil
 			}); err != nil {
-				t.Fatal("a refused eviction did not wake the gang's members to try again")
+				t.Fatal("a refused eviction did not send the gang's members round again")
 			}
-			if got := left(); len(got) != 2 {
-				t.Fatalf("after a refused eviction %v left, want both victims: none is evicted while one is refused", got)
+			if left := observe(); !stuck && len(left) != 2 {
+				t.Fatalf("after a refused eviction %v left, want both victims: none is evicted while one is refused", left)
 			}
-			// The scheduler's lister still has the victims, not deleted.
-			var got string
-			for try := 2; try <= evictTries && try <= tc.refusals+1; try++ {
-				got = p.earlierPreemptionPending(context.Background(), g)
-				if want := "evicting default/holder-0, default/holder-1 again, the last try failed"; !strings.Contains(got, want) {
+			// Before the retry is due, the gang says what it waits for.
+			p.evictRetry = time.Hour
+			if got, want := p.earlierPreemptionPending(context.Background(), g), "could not evict default/holder-0 (evict victim default/holder-0: "+refusal+"); trying again at"; !strings.Contains(got, want) {
+				t.Errorf("before the retry: %q, want it to say %q", got, want)
+			}
+			p.evictRetry = 0
+			for try := 2; try <= evictTries; try++ {
+				got := p.earlierPreemptionPending(context.Background(), g)
+				if want := "evicting " + tc.retried + " again, the last try failed"; !strings.Contains(got, want) {
 					t.Fatalf("try %d: %q, want it to say %q", try, got, want)
 				}
 				settle()
+				if len(observe()) == 0 {
+					break
+				}
 			}
 			mu.Lock()
-			if want := map[bool]int{true: 0, false: 2}[tc.stuck]; deleted != want {
-				t.Errorf("%d pods deleted, want %d", deleted, want)
-			}
-			// A dry run per try, and the delete itself once one is let through.
-			if want := map[bool]int{true: evictTries, false: tc.refusals + 2}[tc.stuck]; guarded != want {
-				t.Errorf("holder-0's deletes sent %d times, want %d", guarded, want)
+			if calls != tc.calls {
+				t.Errorf("holder-0's deletes sent %d times, want %d", calls, tc.calls)
 			}
 			mu.Unlock()
-			if got := left(); (len(got) == 2) != tc.stuck || (len(got) != 0) != tc.stuck {
-				t.Errorf("victims left %v; want all of them: %v", got, tc.stuck)
+			if left := observe(); !slices.Equal(left, tc.left) {
+				t.Errorf("victims left %v, want %v", left, tc.left)
 			}
-			if !tc.stuck {
-				// The informer and the next snapshot would now show the
-				// victims gone.
-				for _, v := range victims {
-					if err := p.podIndex.Delete(v); err != nil {
-						t.Fatal(err)
-					}
-				}
-				h.snap = cache.NewSnapshot(nil, []*corev1.Node{node})
-			}
-			got = p.earlierPreemptionPending(context.Background(), g)
+			got := p.earlierPreemptionPending(context.Background(), g)
 			if !strings.Contains(got, tc.want) || strings.Contains(got, "holder-1") {
 				t.Errorf("%q, want it to say %q and not name holder-1, which was not refused", got, tc.want)
 			}
-			if len(nom.victims) != map[bool]int{true: 0, false: 2}[tc.stuck] || nom.spent != tc.stuck {
-				t.Errorf("victims still counted: %d, room given back: %v; want %v", len(nom.victims), nom.spent, tc.stuck)
+			for _, name := range tc.left {
+				if _, still := nom.victims[types.UID(name)]; still {
+					t.Errorf("%s, not evicted, still counted as a victim", name)
+				}
 			}
-			if tc.stuck {
-				// The gang no longer waits for the pods it could not evict.
-				// It goes on saying why.
+			if nom.spent != stuck {
+				t.Errorf("room given back: %v, want %v", nom.spent, stuck)
+			}
+			if stuck {
+				// The gang no longer waits for the pods it could not
+				// evict, and goes on saying why.
 				if got := p.earlierPreemptionPending(context.Background(), g); !strings.Contains(got, "could not evict default/holder-0 (") || !strings.Contains(got, "not evicting again before") {
 					t.Errorf("after giving up: %q, want the gang to back off, saying why, not wait for the victims", got)
 				}
