@@ -39,16 +39,7 @@ func (e *env) refuseBindings(pod string) (remove func()) {
 			}},
 		},
 	}
-	if _, err := adm.ValidatingAdmissionPolicies().Create(e.ctx, policy, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "refuse-binding"},
-		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "refuse-binding", ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
-	}
-	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(e.ctx, binding, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
+	e.denyWith(policy)
 	// Policies take effect asynchronously: bind probe pods (scheduled by
 	// no one) until one is refused.
 	i := 0
@@ -64,6 +55,24 @@ func (e *env) refuseBindings(pod string) (remove func()) {
 		if err := adm.ValidatingAdmissionPolicyBindings().Delete(e.ctx, "refuse-binding", metav1.DeleteOptions{}); err != nil {
 			e.t.Fatal(err)
 		}
+	}
+}
+
+// denyWith creates a ValidatingAdmissionPolicy and a binding of the same
+// name that denies what it refuses. Policies take effect asynchronously:
+// the caller probes until one is enforced.
+func (e *env) denyWith(policy *admissionv1.ValidatingAdmissionPolicy) {
+	e.t.Helper()
+	adm := e.client.AdmissionregistrationV1()
+	if _, err := adm.ValidatingAdmissionPolicies().Create(e.ctx, policy, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+	}
+	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(e.ctx, binding, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
 	}
 }
 

@@ -479,7 +479,6 @@ func TestNominationsSurviveSchedulerRestart(t *testing.T) {
 // may, and waits until the API server enforces it.
 func (e *env) refuseDeletes() {
 	e.t.Helper()
-	adm := e.client.AdmissionregistrationV1()
 	fail := admissionv1.Fail
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "refuse-deletes"},
@@ -495,16 +494,7 @@ func (e *env) refuseDeletes() {
 			Validations: []admissionv1.Validation{{Expression: "false", Message: "guarded pods are not deleted"}},
 		},
 	}
-	if _, err := adm.ValidatingAdmissionPolicies().Create(e.ctx, policy, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "refuse-deletes"},
-		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "refuse-deletes", ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
-	}
-	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(e.ctx, binding, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
+	e.denyWith(policy)
 	// Policies take effect asynchronously: ask to delete a guarded probe
 	// (a dry run) until it is refused.
 	e.createPod(testutil.MakePod("guarded-probe").Scheduler("nobody").Label("guard", "true").Obj())
