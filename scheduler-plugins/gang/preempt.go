@@ -290,12 +290,8 @@ func (p *Plugin) earlierPreemptionPending(ctx context.Context, g *gangSpec) stri
 		// now, before deciding that the room cannot be used.
 		p.mu.Lock()
 		nom.freed = true
-		if f, ok := p.failures[g.key]; ok {
-			f.at = time.Time{} // not an answer for the next member
-			p.failures[g.key] = f
-		}
 		p.mu.Unlock()
-		p.activateMembers(klog.FromContext(ctx), g.key)
+		p.retryGang(klog.FromContext(ctx), g.key)
 		return fmt.Sprintf("gang %s: the pods evicted for it are gone; trying again in the room they left", g.key)
 	}
 	// The victims are gone and the gang still does not fit: give the room
@@ -391,16 +387,21 @@ func (p *Plugin) evictVictims(ctx context.Context, gang string, nom *nomination,
 	}
 	p.mu.Unlock()
 	if failed {
-		time.AfterFunc(p.evictRetry, func() {
-			p.mu.Lock()
-			if f, ok := p.failures[gang]; ok {
-				f.at = time.Time{} // the members must reach PostFilter again
-				p.failures[gang] = f
-			}
-			p.mu.Unlock()
-			p.activateMembers(logger, gang)
-		})
+		time.AfterFunc(p.evictRetry, func() { p.retryGang(logger, gang) })
 	}
+}
+
+// retryGang sends a gang's pending members round again, its last failure
+// no answer for them (fail-fast would otherwise stop them before
+// PostFilter, where a preemption in flight moves on).
+func (p *Plugin) retryGang(logger klog.Logger, key string) {
+	p.mu.Lock()
+	if f, ok := p.failures[key]; ok {
+		f.at = time.Time{}
+		p.failures[key] = f
+	}
+	p.mu.Unlock()
+	p.activateMembers(logger, key)
 }
 
 // failedEvictions is where the victims stand whose last eviction failed
@@ -419,29 +420,27 @@ type failedEvictions struct {
 
 func (p *Plugin) failedEvictions(nom *nomination) failedEvictions {
 	type failedTry struct {
+		uid   types.UID
 		name  types.NamespacedName
 		tries int
 		at    time.Time
 		err   error
 	}
-	var failed map[types.UID]failedTry
+	var failed []failedTry
 	p.mu.Lock()
 	for uid, e := range nom.evictions {
 		if !e.inFlight && e.err != nil {
-			if failed == nil {
-				failed = map[types.UID]failedTry{}
-			}
-			failed[uid] = failedTry{nom.victims[uid], e.tries, e.at, e.err}
+			failed = append(failed, failedTry{uid, nom.victims[uid], e.tries, e.at, e.err})
 		}
 	}
 	p.mu.Unlock()
 	var out failedEvictions
-	for uid, f := range failed {
+	for _, f := range failed {
 		v, err := p.pods.Pods(f.name.Namespace).Get(f.name.Name)
-		if err != nil || v.UID != uid || v.DeletionTimestamp != nil {
+		if err != nil || v.UID != f.uid || v.DeletionTimestamp != nil {
 			continue // gone, or going, after all
 		}
-		out.notEvicted = append(out.notEvicted, uid)
+		out.notEvicted = append(out.notEvicted, f.uid)
 		refused := f.err != errHeldBack
 		why := fmt.Sprintf("%s (%v)", f.name, f.err)
 		switch {
