@@ -102,21 +102,25 @@ replay:
 	$(GO) run ./cmd/strata-sim replay --trace-dir $(TRACE_DIR) --variant all --out $(REPLAY_OUT)
 
 ## replay-framework: the same protocol through kube-scheduler's framework
-## and the DRA allocator, with kube-scheduler's default scoring,
-## MostAllocated and Strata's profile (docs/scoring.md); one variant at a
-## time (REPLAY_VARIANT), as ten seeds of one profile take 11-25 minutes
-## on a 2-core machine with REPLAY_UNTIL=100.
+## and the DRA allocator, with Strata's profile and two baselines
+## (kube-scheduler's default scoring and MostAllocated) on the same
+## samples, the table of docs/benchmarks.md; one variant at a time
+## (REPLAY_VARIANT). Ten seeds of the three take 40-75 minutes on a
+## 2-core machine, most of it the Kubernetes 1.37 DRA plugin
+## (docs/scoring.md, "Replay speed").
 REPLAY_VARIANT ?= default
 REPLAY_PROFILES ?= strata,default,mostallocated
 REPLAY_SEEDS ?= 42-51
 # REPLAY_NODES_TO_SCORE sets percentageOfNodesToScore for every profile:
-# empty keeps the profiles' (kube-scheduler's adaptive default), 100
-# scores every node as the trace authors' simulator does.
-REPLAY_NODES_TO_SCORE ?=
+# 10, Strata's recommended share, gives the baselines the same search;
+# empty keeps each profile's own (kube-scheduler's adaptive default for
+# the baselines), 100 scores every node as the trace authors' simulator
+# does.
+REPLAY_NODES_TO_SCORE ?= 10
 # REPLAY_UNTIL stops each seed once arrivals reach that percent of the
 # GPUs (100 to 130): the figure at 100 % is the same, the curve ends
 # there, and the pods that would only fail are not tried.
-REPLAY_UNTIL ?= 130
+REPLAY_UNTIL ?= 100
 
 replay-framework:
 	$(GO) run ./cmd/strata-sim replay --engine framework --trace-dir $(TRACE_DIR) --variant $(REPLAY_VARIANT) --profile $(REPLAY_PROFILES) --seeds $(REPLAY_SEEDS) --until $(REPLAY_UNTIL) $(if $(REPLAY_NODES_TO_SCORE),--percentage-of-nodes-to-score $(REPLAY_NODES_TO_SCORE)) --out $(REPLAY_OUT)-framework-$(REPLAY_VARIANT)$(if $(REPLAY_NODES_TO_SCORE),-$(REPLAY_NODES_TO_SCORE))
