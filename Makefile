@@ -105,7 +105,7 @@ replay:
 ## and the DRA allocator, with Strata's profile and two baselines
 ## (kube-scheduler's default scoring and MostAllocated) on the same
 ## samples, the table of docs/benchmarks.md; one variant at a time
-## (REPLAY_VARIANT). Ten seeds of the three take 40-75 minutes on a
+## (REPLAY_VARIANT). Ten seeds of the three take 40-90 minutes on a
 ## 2-core machine, most of it the Kubernetes 1.37 DRA plugin
 ## (docs/scoring.md, "Replay speed").
 REPLAY_VARIANT ?= default
