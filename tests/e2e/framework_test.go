@@ -109,7 +109,7 @@ func (e *env) createTemplate(tmpl *resourceapi.ResourceClaimTemplate) {
 func (e *env) waitRunning(ns, name string) *corev1.Pod {
 	e.t.Helper()
 	var pod *corev1.Pod
-	e.eventually(30*time.Second, fmt.Sprintf("pod %s/%s running", ns, name), func(ctx context.Context) (bool, error) {
+	e.eventually(2*time.Minute, fmt.Sprintf("pod %s/%s running", ns, name), func(ctx context.Context) (bool, error) {
 		p, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -125,7 +125,7 @@ func (e *env) waitRunning(ns, name string) *corev1.Pod {
 func (e *env) waitUnschedulable(ns, name string) corev1.PodCondition {
 	e.t.Helper()
 	var cond corev1.PodCondition
-	e.eventually(30*time.Second, fmt.Sprintf("pod %s/%s unschedulable", ns, name), func(ctx context.Context) (bool, error) {
+	e.eventually(2*time.Minute, fmt.Sprintf("pod %s/%s unschedulable", ns, name), func(ctx context.Context) (bool, error) {
 		p, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -144,13 +144,49 @@ func (e *env) waitUnschedulable(ns, name string) corev1.PodCondition {
 // deletePod deletes a pod and waits until the node agent has finalized it.
 func (e *env) deletePod(ns, name string) {
 	e.t.Helper()
+	pod, err := e.client.CoreV1().Pods(ns).Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("delete pod %s/%s: %v", ns, name, err)
+	}
 	if err := e.client.CoreV1().Pods(ns).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
 		e.t.Fatalf("delete pod %s/%s: %v", ns, name, err)
 	}
-	e.eventually(30*time.Second, fmt.Sprintf("pod %s/%s gone", ns, name), func(ctx context.Context) (bool, error) {
+	e.eventually(time.Minute, fmt.Sprintf("pod %s/%s gone", ns, name), func(ctx context.Context) (bool, error) {
 		_, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
+	e.waitClaimsReleased(ns, fmt.Sprintf("claims of pod %s/%s released", ns, name), func(c *resourceapi.ResourceClaim) bool {
+		return ownedBy(c, pod.UID) || reservedFor(c, pod.UID)
+	})
+}
+
+// waitClaimsReleased waits until no claim of the namespace is held:
+// until then the scheduler counts its devices as in use. A pod's claims
+// are released after the pod is gone, by the ResourceClaim controller,
+// which deletes the claims made for the pod from templates and takes
+// the pod out of (and, when it was the last, deallocates) the others.
+func (e *env) waitClaimsReleased(ns, what string, held func(*resourceapi.ResourceClaim) bool) {
+	e.t.Helper()
+	e.eventually(time.Minute, what, func(ctx context.Context) (bool, error) {
+		claims, err := e.client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for i := range claims.Items {
+			if held(&claims.Items[i]) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+func ownedBy(c *resourceapi.ResourceClaim, uid types.UID) bool {
+	return slices.ContainsFunc(c.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == uid })
+}
+
+func reservedFor(c *resourceapi.ResourceClaim, uid types.UID) bool {
+	return slices.ContainsFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == uid })
 }
 
 // podClaim returns the ResourceClaim behind a pod's claim entry.
@@ -272,7 +308,7 @@ func (e *env) applyFile(path string) {
 func (e *env) waitEvent(ns, name, reason string) string {
 	e.t.Helper()
 	var msg string
-	e.eventually(30*time.Second, fmt.Sprintf("%s event for %s/%s", reason, ns, name), func(ctx context.Context) (bool, error) {
+	e.eventually(2*time.Minute, fmt.Sprintf("%s event for %s/%s", reason, ns, name), func(ctx context.Context) (bool, error) {
 		events, err := e.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reason + ",involvedObject.name=" + name})
 		if err != nil {
 			return false, err

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -185,10 +187,24 @@ func TestGangPlansWhatFilterAllows(t *testing.T) {
 		t.Fatalf("%d members of a gang that cannot fit were bound", n)
 	}
 
+	// The condition is written from the first member that failed; the
+	// others' first attempts may still be under way. Count from when
+	// every member has been turned down (or held back before an attempt).
+	e.eventually(2*time.Minute, "every member of toomany turned down", func(context.Context) (bool, error) {
+		pods := e.gangPods("toomany")
+		for _, p := range pods {
+			if !slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+				return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse
+			}) {
+				return false, nil
+			}
+		}
+		return len(pods) == 5, nil
+	})
 	// Unrelated pods are created, bound and started one after another:
 	// none of their events can make room for the gang, so the gang must
-	// not be retried (a few attempts in flight when the condition was
-	// written are allowed).
+	// not be retried (a few attempts in flight when the count began are
+	// allowed).
 	before := schedulingAttempts(t)
 	for i := 0; i < 12; i++ {
 		name := fmt.Sprintf("bystander-%d", i)

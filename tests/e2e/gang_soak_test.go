@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,16 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	fwk "k8s.io/kube-scheduler/framework"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
 	"github.com/strata-sh/strata/internal/testutil"
-	schedulerplugins "github.com/strata-sh/strata/scheduler-plugins"
 	"github.com/strata-sh/strata/scheduler-plugins/config"
 	"github.com/strata-sh/strata/scheduler-plugins/gang"
-	"github.com/strata-sh/strata/sim/controlplane"
 )
 
 // soakSettle is how long a gang may be partly bound, or pending without
@@ -60,8 +55,8 @@ type soak struct {
 	rng *rand.Rand
 	cr  client.Client
 
-	mu     sync.Mutex
-	plugin *gang.Plugin
+	// plugin is the scheduler's running gang plugin.
+	plugin func() *gang.Plugin
 
 	gangs    map[string]*soakGang
 	next     int
@@ -104,18 +99,9 @@ func TestGangSoak(t *testing.T) {
 	t.Logf("seed %d (STRATA_SOAK_SEED=%d replays it), %s of churn", seed, seed, duration)
 
 	s := &soak{rng: rand.New(rand.NewPCG(uint64(seed), 0)), gangs: map[string]*soakGang{}, violations: map[string]string{}, gone: map[string]time.Time{}}
-	registry := schedulerplugins.Registry()
-	newGang := registry[gang.Name]
-	registry[gang.Name] = func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-		pl, err := newGang(ctx, obj, h)
-		if err == nil {
-			s.mu.Lock()
-			s.plugin = pl.(*gang.Plugin)
-			s.mu.Unlock()
-		}
-		return pl, err
-	}
-	e := startClusterWith(t, twoBlocks(4), controlplane.Options{Plugins: registry})
+	opts, plugin := watchGangPlugin()
+	s.plugin = plugin
+	e := startClusterWith(t, twoBlocks(4), opts)
 	s.e, s.cr = e, e.crClient()
 	e.applyFile(examplesDir + "/gang/topology.yaml")
 	e.priorityClasses()
@@ -331,9 +317,7 @@ func (s *soak) sortedGangs() []*soakGang {
 }
 
 func (s *soak) tracked() map[string][]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.plugin.Tracked()
+	return s.plugin().Tracked()
 }
 
 func (s *soak) violate(key, msg string) {

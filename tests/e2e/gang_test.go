@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,17 +14,21 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	fwk "k8s.io/kube-scheduler/framework"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
 	topologyv1alpha1 "github.com/strata-sh/strata/api/topology/v1alpha1"
 	"github.com/strata-sh/strata/controller"
 	"github.com/strata-sh/strata/internal/testutil"
+	schedulerplugins "github.com/strata-sh/strata/scheduler-plugins"
 	"github.com/strata-sh/strata/scheduler-plugins/config"
 	"github.com/strata-sh/strata/scheduler-plugins/gang"
 	"github.com/strata-sh/strata/sim"
+	"github.com/strata-sh/strata/sim/controlplane"
 )
 
 const blockLabel = "network.topology.nvidia.com/block"
@@ -111,6 +116,30 @@ func (e *env) waitPodGroup(name, what string, timeout time.Duration, ok func(*sc
 }
 
 // waitGangMessage waits until the PodGroup's Scheduled condition says want.
+// watchGangPlugin returns control plane options whose scheduler's gang
+// plugin the returned function gives: the instance of the scheduler
+// running last, a new one after each restart.
+func watchGangPlugin() (controlplane.Options, func() *gang.Plugin) {
+	var mu sync.Mutex
+	var last *gang.Plugin
+	registry := schedulerplugins.Registry()
+	newGang := registry[gang.Name]
+	registry[gang.Name] = func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		pl, err := newGang(ctx, obj, h)
+		if err == nil {
+			mu.Lock()
+			last = pl.(*gang.Plugin)
+			mu.Unlock()
+		}
+		return pl, err
+	}
+	return controlplane.Options{Plugins: registry}, func() *gang.Plugin {
+		mu.Lock()
+		defer mu.Unlock()
+		return last
+	}
+}
+
 func (e *env) waitGangMessage(name, want string, timeout time.Duration) {
 	e.t.Helper()
 	last := "no Scheduled condition"
@@ -240,7 +269,7 @@ func TestGangSpreadsOnlyWhenNoBlockFits(t *testing.T) {
 
 	e.gang("must", 6, 6, 4, preferBlock("MustGather"))
 	var msg string
-	e.waitPodGroup("must", "MustGather gang explained", 30*time.Second, func(_ *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
+	e.waitPodGroup("must", "MustGather gang explained", 2*time.Minute, func(_ *schedulingv1alpha1.PodGroup, c *metav1.Condition) bool {
 		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != gang.ReasonUnschedulable {
 			return false
 		}
@@ -314,7 +343,7 @@ func TestGangGroupBindsOnlyWhenAllGangsFit(t *testing.T) {
 	group := map[string]string{"scheduling.strata.sh/groups": `["default/ps", "default/workers"]`}
 	e.gang("ps", 2, 2, 0, group)
 	e.gang("workers", 3, 3, 8, group) // three 8-GPU workers, two nodes free
-	e.waitGangMessage("workers", "3 pods do not fit in the cluster: 2 of 3 pods fit", 30*time.Second)
+	e.waitGangMessage("workers", "3 pods do not fit in the cluster: 2 of 3 pods fit", 2*time.Minute)
 	if n := boundCount(e.gangPods("ps")) + boundCount(e.gangPods("workers")); n != 0 {
 		t.Fatalf("%d pods of the group bound although the workers do not fit", n)
 	}
@@ -329,10 +358,10 @@ func TestGangNeedsFreeDevicesNotJustCPU(t *testing.T) {
 	e := startCluster(t, twoBlocks(2))
 	e.occupy([]string{"gpu-0", "gpu-1", "gpu-2", "gpu-3"}, 1)
 	e.gang("big", 2, 2, 8, nil)
-	e.waitGangMessage("big", "(DRA devices)", 30*time.Second)
+	e.waitGangMessage("big", "(DRA devices)", 2*time.Minute)
 	// The member's own condition gives the reason once (kube-scheduler
 	// joins PreFilter's and PostFilter's messages).
-	e.eventually(30*time.Second, "member big-0 says why", func(ctx context.Context) (bool, error) {
+	e.eventually(2*time.Minute, "member big-0 says why", func(ctx context.Context) (bool, error) {
 		p, err := e.client.CoreV1().Pods("default").Get(ctx, "big-0", metav1.GetOptions{})
 		if err != nil {
 			return false, err

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -76,12 +77,22 @@ func (e *env) hpGang(name string, members int, cpu string, gpus int, annotations
 	}
 }
 
+// exists says whether a pod exists and is not being deleted: an evicted
+// pod is deleted with a grace period and may still be terminating when
+// the pod it made room for runs.
 func (e *env) exists(name string) bool {
-	_, err := e.client.CoreV1().Pods("default").Get(e.ctx, name, metav1.GetOptions{})
-	return !apierrors.IsNotFound(err)
+	p, err := e.client.CoreV1().Pods("default").Get(e.ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	if err != nil {
+		e.t.Fatalf("get pod %s: %v", name, err)
+	}
+	return p.DeletionTimestamp == nil
 }
 
-// survivors returns which of the named pods still exist, sorted.
+// survivors returns which of the named pods still exist and are not
+// being deleted, sorted.
 func (e *env) survivors(names ...string) []string {
 	var out []string
 	for _, n := range names {
@@ -180,13 +191,16 @@ func TestVictimGangEvictedWhole(t *testing.T) {
 func TestPreemptionSparesPDBProtectedPod(t *testing.T) {
 	e := startCluster(t, cpuNodes(2))
 	e.priorityClasses()
-	e.lowPod("protected", "cpu-0", "10", func(p *corev1.Pod) { p.Labels = map[string]string{"app": "db"} })
-	e.lowPod("unprotected", "cpu-1", "10")
+	// The budget comes first: the scheduler's informer has it long before
+	// the gang arrives, and a budget whose status is not computed yet
+	// allows no disruption either.
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "default"},
 		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}}
 	if _, err := e.client.PolicyV1().PodDisruptionBudgets("default").Create(e.ctx, pdb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	e.lowPod("protected", "cpu-0", "10", func(p *corev1.Pod) { p.Labels = map[string]string{"app": "db"} })
+	e.lowPod("unprotected", "cpu-1", "10")
 	// The disruption controller computes the budget: the one pod it
 	// covers may not go.
 	e.eventually(30*time.Second, "PDB status observed", func(ctx context.Context) (bool, error) {
@@ -196,7 +210,6 @@ func TestPreemptionSparesPDBProtectedPod(t *testing.T) {
 		}
 		return got.Status.ObservedGeneration == got.Generation && got.Status.CurrentHealthy == 1 && got.Status.DisruptionsAllowed == 0, nil
 	})
-	time.Sleep(time.Second) // let the scheduler's PDB informer see the status
 	e.hpGang("hp", 1, "12", 0, nil)
 	e.waitGangRunning("hp", 1)
 	if got := e.survivors("protected", "unprotected"); len(got) != 1 || got[0] != "protected" {
@@ -461,11 +474,17 @@ func TestNominatedGPUsAreNotStolen(t *testing.T) {
 // victims' DisruptionTarget: it does not evict again, a lower-priority
 // pod asking for GPUs is kept off the room, and the gang gets it.
 func TestNominationsSurviveSchedulerRestart(t *testing.T) {
-	e := startCluster(t, oneH100Node)
+	opts, plugin := watchGangPlugin()
+	e := startClusterWith(t, oneH100Node, opts)
 	holders := e.gpuGangNominatedOverHolders()
+	old := plugin()
 	if err := e.sim.ControlPlane.RestartScheduler(); err != nil {
 		t.Fatal(err)
 	}
+	e.eventually(time.Minute, "the new scheduler's gang plugin rebuilds the nomination", func(context.Context) (bool, error) {
+		p := plugin()
+		return p != old && slices.Contains(p.Tracked()["nomination"], "default/hp"), nil
+	})
 	// The new scheduler says what the gang waits for: the rebuilt
 	// nomination's victims, not a new round of evictions.
 	e.waitGangMessage("hp", "waiting for 2 pods evicted for it to terminate", 60*time.Second)
@@ -517,8 +536,10 @@ func TestRefusedEvictionGivesRoomUp(t *testing.T) {
 	e.lowPod("guarded", "cpu-0", "6", func(p *corev1.Pod) { p.Labels = map[string]string{"guard": "true"} })
 	e.lowPod("plain", "cpu-0", "6")
 	e.hpGang("hp", 1, "12", 0, nil) // 4 CPUs free: room only with both gone
+	// While tries are left the message says "could not evict ... trying
+	// again at"; only the last names the tries.
 	e.waitGangMessage("hp", "could not evict default/guarded (evict victim default/guarded:", 2*time.Minute)
-	e.waitGangMessage("hp", "guarded pods are not deleted) after 3 tries;", time.Second)
+	e.waitGangMessage("hp", "guarded pods are not deleted) after 3 tries;", time.Minute)
 	if got := e.survivors("guarded", "plain"); len(got) != 2 {
 		t.Errorf("pods left %v, want both: none is evicted while another's eviction is refused", got)
 	}

@@ -62,16 +62,20 @@ func pinnedPod(name, node, claim, template string) *corev1.Pod {
 	return p
 }
 
-// deleteAllPods deletes every pod in default and waits for the node
-// agents to finalize them.
+// deleteAllPods deletes every pod in default, waits for the node agents
+// to finalize them and for their claims to be released.
 func (e *env) deleteAllPods() {
 	e.t.Helper()
 	if err := e.client.CoreV1().Pods("default").DeleteCollection(e.ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
-	e.eventually(60*time.Second, "every pod gone", func(ctx context.Context) (bool, error) {
+	e.eventually(2*time.Minute, "every pod gone", func(ctx context.Context) (bool, error) {
 		pods, err := e.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0, err
+	})
+	e.waitClaimsReleased("default", "every claim released", func(c *resourceapi.ResourceClaim) bool {
+		return c.Status.Allocation != nil || len(c.Status.ReservedFor) > 0 ||
+			slices.ContainsFunc(c.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "Pod" })
 	})
 }
 
