@@ -249,7 +249,13 @@ var DefaultOptions = Options{Coverage: 0.95, Alpha: 10}
 
 // Workload is the expected mix of tasks.
 type Workload struct {
-	shapes   []Shape
+	shapes []Shape
+	// asks holds what the shapes ask of GPUs, each once (a Task without
+	// CPU and memory); ask[i] is shape i's. Shapes that differ only in
+	// CPU and memory read a node's GPUs the same way, and a mix has many
+	// of them: Fragmentation reads the GPUs once per ask.
+	asks     []Task
+	ask      []int
 	alpha    float64
 	stranded float64
 }
@@ -280,7 +286,16 @@ func NewWorkload(shapes []Shape, o Options) *Workload {
 	for i := range merged[:n] {
 		merged[i].Weight /= kept
 	}
-	w := &Workload{shapes: merged[:n], alpha: o.Alpha, stranded: 1}
+	w := &Workload{shapes: merged[:n], ask: make([]int, n), alpha: o.Alpha, stranded: 1}
+	for i, s := range w.shapes {
+		a := Task{GPUs: s.GPUs, Milli: s.Milli, Models: s.Models, Profile: s.Profile}
+		k := slices.IndexFunc(w.asks, func(b Task) bool { return sameTask(a, b) })
+		if k < 0 {
+			k = len(w.asks)
+			w.asks = append(w.asks, a)
+		}
+		w.ask[i] = k
+	}
 	if o.UnreachableOnly {
 		w.alpha, w.stranded = 1, 0
 	}
@@ -316,9 +331,21 @@ func (w *Workload) Fragmentation(n *Node) float64 {
 	if idle == 0 {
 		return 0
 	}
+	// The node's GPUs are read once per ask; the shapes are summed in
+	// their order, as if each read them.
+	var buf [48]gpuReading
+	var readings []gpuReading
+	if len(w.asks) > len(buf) {
+		readings = make([]gpuReading, len(w.asks))
+	} else {
+		readings = buf[:len(w.asks)]
+	}
+	for k, a := range w.asks {
+		readings[k] = readGPUs(n, a)
+	}
 	var f float64
-	for _, s := range w.shapes {
-		st, un := lost(n, s.Task, idle)
+	for i, s := range w.shapes {
+		st, un := readings[w.ask[i]].lost(n, s.Task, idle)
 		f += s.Weight * (w.stranded*float64(st) + w.alpha*float64(un))
 	}
 	return f
@@ -337,44 +364,69 @@ func (w *Workload) Delta(n *Node, t Task, f Fit) float64 {
 // lost returns the stranded and unreachable idle GPU of a node for one
 // shape.
 func lost(n *Node, t Task, idle int64) (stranded, unreachable int64) {
+	r := readGPUs(n, t)
+	return r.lost(n, t, idle)
+}
+
+// gpuReading is what a node's GPUs offer a task, whatever its CPU and
+// memory: how many copies they hold, and the idle GPU of those too small
+// for one.
+type gpuReading struct {
+	// blind: nothing of the node's GPU serves the task.
+	blind         bool
+	copies, small int64
+}
+
+func readGPUs(n *Node, t Task) gpuReading {
+	var r gpuReading
 	if t.GPUs == 0 || !t.accepts(n.Model) {
-		// Nothing of the node's GPU serves this shape.
-		return idle, idle
+		r.blind = true
+		return r
 	}
-	var byGPU, roomy int64
-	var small int64
 	if t.Profile != "" {
 		var ok bool
-		if byGPU, small, ok = migCopies(n, t); !ok {
-			return idle, idle
+		if r.copies, r.small, ok = migCopies(n, t); !ok {
+			r.blind = true
 		}
-	} else {
-		for i, f := range n.GPUs {
-			if f >= t.Milli {
-				roomy++
-			} else {
-				small += n.idleOf(i)
-			}
-			if t.Milli < Whole {
-				byGPU += int64(f / t.Milli)
-			}
+		return r
+	}
+	var roomy int64
+	for i, f := range n.GPUs {
+		if f >= t.Milli {
+			roomy++
+		} else {
+			r.small += n.idleOf(i)
 		}
-		if t.Milli >= Whole {
-			byGPU = roomy / int64(t.GPUs)
+		if t.Milli < Whole {
+			r.copies += int64(f / t.Milli)
 		}
 	}
-	copies := byGPU
-	if t.CPU > 0 {
-		copies = min(copies, n.CPU/t.CPU)
+	if t.Milli >= Whole {
+		r.copies = roomy / int64(t.GPUs)
 	}
-	if t.Memory > 0 {
-		copies = min(copies, n.Memory/t.Memory)
+	return r
+}
+
+// lost is the stranded and unreachable idle GPU of the node for a task
+// whose GPU ask the reading is of.
+func (r *gpuReading) lost(n *Node, t Task, idle int64) (stranded, unreachable int64) {
+	if r.blind {
+		return idle, idle
+	}
+	// As many copies as GPUs, CPU and memory allow together; a division
+	// only where CPU or memory is the limit.
+	copies := r.copies
+	if t.CPU > 0 && copies*t.CPU > n.CPU {
+		copies = n.CPU / t.CPU
+	}
+	if t.Memory > 0 && copies*t.Memory > n.Memory {
+		copies = n.Memory / t.Memory
 	}
 	stranded = idle - copies*t.GPUMilli()
 	if copies == 0 {
 		return stranded, idle
 	}
-	return stranded, small
+	return stranded, r.small
 }
 
 // migCopies is how many copies of a MIG task the node's GPUs hold at

@@ -2,6 +2,7 @@ package fragment
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -286,5 +287,77 @@ func TestDeltaPacksInstances(t *testing.T) {
 	}
 	if n.GPUs[1] != Whole || n.Slices[0] != 0x0f || n.Slices[1] != 0 {
 		t.Errorf("Delta changed the node: %+v", n)
+	}
+}
+
+// TestFragmentationReadsGPUsOncePerAsk: shapes that ask the same of GPUs
+// share one reading of a node's GPUs; the sum is the same, to the bit, as
+// each shape's own measure summed in order, on nodes of every kind and a
+// mix of more asks than fit on the stack.
+func TestFragmentationReadsGPUsOncePerAsk(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 14))
+	models := [][]string{nil, {"T4"}, {"A100"}, {"T4", "V100"}}
+	profiles := []struct {
+		name  string
+		milli int32
+	}{{"1g.5gb", 125}, {"2g.10gb", 250}, {"3g.20gb", 500}, {"7g.40gb", Whole}}
+	for _, asks := range []int{3, 40, 90} {
+		var shapes []Shape
+		for i := range asks {
+			// Distinct asks: one without GPUs, then whole GPUs, shares
+			// and MIG instances in turn.
+			var ask Task
+			switch {
+			case i == 0:
+			case i%3 == 0:
+				ask = Task{GPUs: 1 + i/3, Milli: Whole}
+			case i%3 == 1:
+				ask = Task{GPUs: 1, Milli: int32(10 + 20*i)}
+			default:
+				p := profiles[i%len(profiles)]
+				ask = Task{GPUs: 1 + i/3, Milli: p.milli, Profile: p.name}
+			}
+			if i > 0 {
+				ask.Models = models[(i/3)%len(models)]
+			}
+			// Several shapes per ask, differing in CPU and memory.
+			for range 1 + rng.IntN(4) {
+				s := ask
+				s.CPU, s.Memory = int64(rng.IntN(16000)), int64(rng.IntN(64))*gi
+				shapes = append(shapes, Shape{Task: s, Weight: 1 + rng.Float64()})
+			}
+		}
+		w := NewWorkload(shapes, Options{Coverage: 1, Alpha: 10})
+		if len(w.asks) != asks {
+			t.Fatalf("%d asks read, want %d", len(w.asks), asks)
+		}
+		for k := range 200 {
+			n := &Node{CPU: int64(rng.IntN(64000)), Memory: int64(rng.IntN(256)) * gi, Model: []string{"T4", "A100", "V100"}[k%3], GPUs: make([]int32, 8)}
+			if n.Model == "A100" {
+				n.MIG, n.Slices = a100, make([]uint32, 8)
+			}
+			for i := range n.GPUs {
+				switch {
+				case n.MIG != nil && i%3 == 0:
+					n.Slices[i] = uint32(rng.IntN(256))
+					if n.Slices[i] == 0 {
+						n.GPUs[i] = Whole
+					}
+				default:
+					n.GPUs[i] = int32(rng.IntN(Whole + 1))
+				}
+			}
+			idle := n.Idle()
+			want := 0.0
+			if idle > 0 {
+				for _, s := range w.shapes {
+					st, un := lost(n, s.Task, idle)
+					want += s.Weight * (float64(st) + 10*float64(un))
+				}
+			}
+			if got := w.Fragmentation(n); got != want {
+				t.Fatalf("asks %d, node %d %+v: fragmentation %v, want %v shape by shape", asks, k, n, got, want)
+			}
+		}
 	}
 }
