@@ -362,7 +362,8 @@ func (w *Workload) Delta(n *Node, t Task, f Fit) float64 {
 }
 
 // lost returns the stranded and unreachable idle GPU of a node for one
-// shape.
+// shape, reading its GPUs for that shape alone (Fragmentation shares
+// the reading between shapes of one ask).
 func lost(n *Node, t Task, idle int64) (stranded, unreachable int64) {
 	r := readGPUs(n, t)
 	return r.lost(n, t, idle)

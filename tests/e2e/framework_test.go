@@ -160,8 +160,8 @@ func (e *env) deletePod(ns, name string) {
 	})
 }
 
-// waitClaimsReleased waits until no claim of the namespace is held:
-// until then the scheduler counts its devices as in use. A pod's claims
+// waitClaimsReleased waits until held says no claim of the namespace is
+// held: until then the scheduler counts its devices as in use. A pod's claims
 // are released after the pod is gone, by the ResourceClaim controller,
 // which deletes the claims made for the pod from templates and takes
 // the pod out of (and, when it was the last, deallocates) the others.
