@@ -153,8 +153,18 @@ func (s *scheduler) startDRA(ctx context.Context) error {
 	s.claims = s.factory.Resource().V1().ResourceClaims().Informer()
 	claimCache := assumecache.NewAssumeCache(s.logger, s.claims, "ResourceClaim", "", nil)
 	s.dra = dynamicresources.NewDRAManager(ctx, claimCache, slices, s.factory)
+	// Without consumable capacity DynamicResources does not ask for the
+	// state (it lists the allocated devices).
+	if opts.EnableConsumableCapacity && !kubeSchedulerDRAManager {
+		s.dra = newDRAManager(s.dra, claimCache)
+	}
 	return nil
 }
+
+// kubeSchedulerDRAManager makes replays use kube-scheduler's DRA manager
+// as it is, without the replay's GatherAllocatedState (draManager); the
+// tests set it to compare the two.
+var kubeSchedulerDRAManager = false
 
 // newFramework builds the profile's framework with strata-scheduler's
 // registry and the handles kube-scheduler's New gives it.
