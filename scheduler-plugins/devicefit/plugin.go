@@ -681,15 +681,9 @@ func (p *Plugin) free(allocated *devicecount.Snapshot, id structured.DeviceID, d
 	if !p.consumable || !ptr.Deref(dev.AllowMultipleAllocations, false) {
 		return !allocated.AllocatedDevices.Has(id)
 	}
-	used, ok := allocated.Milli[id]
-	if !ok {
-		return true
-	}
 	for _, n := range needs {
-		for _, u := range used {
-			if u.Name == n.name && u.Milli+n.need > n.total {
-				return false
-			}
+		if used, ok := allocated.ConsumedMilli(id, n.name); ok && used+n.need > n.total {
+			return false
 		}
 	}
 	return true

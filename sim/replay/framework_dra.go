@@ -244,3 +244,8 @@ func (t *claimTracker) consume(id structured.DeviceID, used map[resourceapi.Qual
 		}
 	}
 }
+
+// SharesAllocatedState tells Strata's plugins that GatherAllocatedState
+// hands out a shared state that later changes do not alter, so that they
+// read it rather than keep their own.
+func (t *claimTracker) SharesAllocatedState() bool { return true }

@@ -3,6 +3,7 @@ package devicecount
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"runtime"
 	"sync"
 
@@ -89,6 +90,17 @@ type Snapshot struct {
 	Milli map[structured.DeviceID][]CapacityMilli
 }
 
+// ConsumedMilli returns what claims consume of one capacity of a device,
+// in milli-units; ok is false when they consume none of it.
+func (s *Snapshot) ConsumedMilli(id structured.DeviceID, name resourceapi.QualifiedName) (milli int64, ok bool) {
+	for _, u := range s.Milli[id] {
+		if u.Name == name {
+			return u.Milli, true
+		}
+	}
+	return 0, false
+}
+
 // CapacityMilli is an amount of one capacity, in milli-units.
 type CapacityMilli struct {
 	Name  resourceapi.QualifiedName
@@ -127,6 +139,9 @@ const walkFrom = 32
 func (a *Allocated) State() (*Snapshot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if t, ok := a.dra.ResourceClaims().(stateSharer); ok && t.SharesAllocatedState() {
+		return a.sharedState()
+	}
 	if !a.walking {
 		s, err := a.copied()
 		if err != nil || !a.wantWalk(s.AllocatedState) {
@@ -157,20 +172,76 @@ func (a *Allocated) wantWalk(s *structured.AllocatedState) bool {
 	return shared >= a.walkFrom && 4*shared >= held
 }
 
-// copied returns the DRA manager's copy of the state. The manager
-// refuses a copy that a concurrent change made inconsistent; that is
-// rare, and a later try, once the change's handler has run, succeeds.
-func (a *Allocated) copied() (*Snapshot, error) {
-	var s *structured.AllocatedState
-	var err error
-	for range 100 {
-		if s, err = a.dra.ResourceClaims().GatherAllocatedState(); err == nil {
-			break
-		}
-		runtime.Gosched()
-	}
+// stateSharer is a DRA manager's claim tracker whose GatherAllocatedState
+// keeps its state up to date as claims change and hands out one
+// read-only state until the next change, instead of copying it per call
+// as kube-scheduler's does (strata-sim's replay has such a manager).
+// Reading its state costs nothing, so the tracker neither walks the
+// claims nor works out a state twice.
+type stateSharer interface {
+	// SharesAllocatedState says whether GatherAllocatedState hands out
+	// a shared state that no later change alters.
+	SharesAllocatedState() bool
+}
+
+// sharedState returns the state of a stateSharer's manager with its
+// consumed capacity laid out in milli-units. Such a manager never has
+// the tracker walk, so state and milli are only ever set here, and milli
+// is what the last state consumes.
+//
+// The manager replaces a device's consumed capacity when it changes,
+// never changing it in place, so that only devices whose map is not the
+// one seen last need to be laid out again: a claim changes a device or
+// two, and a cluster of shared GPUs has thousands.
+func (a *Allocated) sharedState() (*Snapshot, error) {
+	s, err := a.gather()
 	if err != nil {
-		return nil, fmt.Errorf("gather the allocated devices: %w", err)
+		return nil, err
+	}
+	if a.state != nil && a.state.AllocatedState == s {
+		return a.state, nil
+	}
+	var prev structured.ConsumedCapacityCollection
+	if a.state != nil {
+		prev = a.state.AggregatedCapacity
+	}
+	changed := len(s.AggregatedCapacity) != len(prev)
+	for id, used := range s.AggregatedCapacity {
+		if old, ok := prev[id]; ok && sameMap(old, used) {
+			continue
+		}
+		changed = true
+		if used.Empty() {
+			delete(a.milli, id)
+		} else {
+			a.milli[id] = a.inMilli(used)
+		}
+	}
+	if len(a.milli) > len(s.AggregatedCapacity) {
+		for id := range a.milli {
+			if _, ok := s.AggregatedCapacity[id]; !ok {
+				delete(a.milli, id)
+			}
+		}
+	}
+	if changed || a.state == nil {
+		a.state = &Snapshot{AllocatedState: s, Milli: maps.Clone(a.milli)}
+	} else {
+		a.state = &Snapshot{AllocatedState: s, Milli: a.state.Milli}
+	}
+	return a.state, nil
+}
+
+// sameMap tells whether two consumed capacities are the same map.
+func sameMap(a, b structured.ConsumedCapacity) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// copied returns the DRA manager's copy of the state.
+func (a *Allocated) copied() (*Snapshot, error) {
+	s, err := a.gather()
+	if err != nil {
+		return nil, err
 	}
 	out := &Snapshot{AllocatedState: s, Milli: make(map[structured.DeviceID][]CapacityMilli, len(s.AggregatedCapacity))}
 	for id, used := range s.AggregatedCapacity {
@@ -179,6 +250,21 @@ func (a *Allocated) copied() (*Snapshot, error) {
 		}
 	}
 	return out, nil
+}
+
+// gather reads the DRA manager's state. The manager refuses a state that
+// a concurrent change made inconsistent; that is rare, and a later try,
+// once the change's handler has run, succeeds.
+func (a *Allocated) gather() (*structured.AllocatedState, error) {
+	var s *structured.AllocatedState
+	var err error
+	for range 100 {
+		if s, err = a.dra.ResourceClaims().GatherAllocatedState(); err == nil {
+			return s, nil
+		}
+		runtime.Gosched()
+	}
+	return nil, fmt.Errorf("gather the allocated devices: %w", err)
 }
 
 // stopWalking forgets the claims; a later walk starts from nothing.
