@@ -87,7 +87,7 @@ func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *corev
 	searched := 0
 	for searched < len(nodes) && len(out) < want {
 		// As many nodes as are still wanted, should they all pass.
-		end := min(searched+max(want-len(out), minFilterChunk), len(nodes))
+		end := min(searched+max(want-len(out), s.minChunk), len(nodes))
 		var firstErr atomic.Pointer[fwk.Status]
 		s.fw.Parallelizer().Until(ctx, end-searched, func(i int) {
 			n := nodes[(s.nextStart+searched+i)%len(nodes)]
@@ -113,9 +113,12 @@ func (s *scheduler) filter(ctx context.Context, state fwk.CycleState, pod *corev
 	return out, nil
 }
 
-// minFilterChunk is the fewest nodes the replay filters at a time, so
-// that the parallel search keeps its workers busy.
-const minFilterChunk = 16
+// filterChunk is the fewest nodes the replay filters at a time, per
+// worker of the framework's parallelism, so that the parallel search
+// keeps its workers busy. Nodes filtered past the last one wanted are
+// filtered for nothing; with one worker (the replay runs a seed per
+// CPU) the search filters exactly the nodes it keeps or rejects.
+const filterChunk = 8
 
 // nodesToFind is kube-scheduler's numFeasibleNodesToFind: how many
 // feasible nodes it looks for among n before it stops searching, for a

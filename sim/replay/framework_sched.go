@@ -61,6 +61,9 @@ type scheduler struct {
 	// nextStart the node the next pod's search starts from.
 	percentage int32
 	nextStart  int
+	// minChunk is the fewest nodes filtered at a time (filterChunk per
+	// worker beyond the first).
+	minChunk int
 }
 
 // informerLag bounds the claims bound (two writes each: the finalizer,
@@ -82,7 +85,10 @@ func newScheduler(ctx context.Context, c *Cluster, prof *config.KubeSchedulerPro
 	logger := klog.FromContext(ctx)
 	client := newClientset(c, claims)
 	factory := informers.NewSharedInformerFactory(client, 0)
-	s := &scheduler{client: client, factory: factory, logger: logger, rng: rand.New(rand.NewPCG(seed, 0x5c4ed)), percentage: ptr.Deref(prof.PercentageOfNodesToScore, 0)}
+	s := &scheduler{client: client, factory: factory, logger: logger, rng: rand.New(rand.NewPCG(seed, 0x5c4ed)), percentage: ptr.Deref(prof.PercentageOfNodesToScore, 0), minChunk: 1}
+	if parallelism > 1 {
+		s.minChunk = filterChunk * parallelism
+	}
 	s.stop = func() { cancel(); factory.Shutdown() }
 	defer func() {
 		if err != nil {

@@ -529,22 +529,26 @@ func TestSearchStopsAtPercentageOfNodesToScore(t *testing.T) {
 		// 10 % is 25 nodes, fewer than kube-scheduler's floor of 100.
 		{percentage: 10, feasible: []int{100, 100, 100}, nextStart: 52}, // n000-n100, n101-n200, n201-n249 and n000-n051
 	} {
-		t.Run(fmt.Sprint(tc.percentage), func(t *testing.T) {
-			prof, err := profileWith(ProfileDefault, ptr.To(tc.percentage))
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, s, err := replayFramework(testContext(t), c, sample, prof, 42, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !cmp.Equal(res.Feasible, tc.feasible) {
-				t.Errorf("feasible nodes per pod %v, want %v", res.Feasible, tc.feasible)
-			}
-			if s.nextStart != tc.nextStart {
-				t.Errorf("the next search starts at node %d, want %d", s.nextStart, tc.nextStart)
-			}
-		})
+		// One worker filters a node at a time, two filter 16 at a time:
+		// the search keeps the same nodes either way.
+		for _, workers := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%d/workers=%d", tc.percentage, workers), func(t *testing.T) {
+				prof, err := profileWith(ProfileDefault, ptr.To(tc.percentage))
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, s, err := replayFramework(testContext(t), c, sample, prof, 42, workers)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !cmp.Equal(res.Feasible, tc.feasible) {
+					t.Errorf("feasible nodes per pod %v, want %v", res.Feasible, tc.feasible)
+				}
+				if s.nextStart != tc.nextStart {
+					t.Errorf("the next search starts at node %d, want %d", s.nextStart, tc.nextStart)
+				}
+			})
+		}
 	}
 	if _, err := profileWith(ProfileDefault, ptr.To(int32(101))); err == nil {
 		t.Error("percentageOfNodesToScore 101 accepted")
