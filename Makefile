@@ -105,8 +105,8 @@ replay:
 ## and the DRA allocator, with Strata's profile and two baselines
 ## (kube-scheduler's default scoring and MostAllocated) on the same
 ## samples, the table of docs/benchmarks.md; one variant at a time
-## (REPLAY_VARIANT). Ten seeds of the three take about 22 minutes on a
-## 2-core machine for the default variant and 32 for gpushare60, the
+## (REPLAY_VARIANT). Ten seeds of the three take about 19 minutes on a
+## 2-core machine for the default variant and 31 for gpushare60, the
 ## variant with the most shared GPUs; most of it is the Kubernetes 1.37
 ## DRA allocator (docs/scoring.md, "Replay speed").
 REPLAY_VARIANT ?= default

@@ -232,10 +232,7 @@ func (g *claimGen) release(claim string, alloc *resourceapi.AllocationResult) {
 // (whose plugins read the state too).
 func TestDRAManagerKeepsPlacements(t *testing.T) {
 	nodes, pods := readTrace(t, "gpushare40")
-	var some []TraceNode
-	for i := 0; i < len(nodes); i += 12 {
-		some = append(some, nodes[i])
-	}
+	some := everyKth(nodes, 12)
 	c := buildCluster(t, some)
 	ctx := testContext(t)
 	sample := Sample(pods, c.TotalMilli, 3)

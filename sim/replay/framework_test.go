@@ -105,10 +105,7 @@ func TestFrameworkPlacesClaimsOnTheirNodes(t *testing.T) {
 func TestFrameworkOnTheTrace(t *testing.T) {
 	nodes, pods := readTrace(t, "gpuspec20")
 	// Every 30th node: all models, 41 nodes.
-	var some []TraceNode
-	for i := 0; i < len(nodes); i += 30 {
-		some = append(some, nodes[i])
-	}
+	some := everyKth(nodes, 30)
 	c := buildCluster(t, some)
 	ctx := testContext(t)
 	sample := Sample(pods, c.TotalMilli, 7)
@@ -134,6 +131,16 @@ func TestFrameworkOnTheTrace(t *testing.T) {
 	if diff := cmp.Diff(plain.Nodes, res.Nodes); diff != "" {
 		t.Errorf("placements differ with StrataDeviceFit (-without +with):\n%s", diff)
 	}
+}
+
+// everyKth keeps every k-th node of a node list, the first included: a
+// smaller cluster with the same mix of models.
+func everyKth(nodes []TraceNode, k int) []TraceNode {
+	var some []TraceNode
+	for i := 0; i < len(nodes); i += k {
+		some = append(some, nodes[i])
+	}
+	return some
 }
 
 func loadProfile(t *testing.T, name string) *config.KubeSchedulerProfile {
@@ -447,11 +454,7 @@ func TestFrameworkFullSeed(t *testing.T) {
 	// STRATA_REPLAY_EVERY=k keeps every k-th node: the same dynamics on a
 	// k times smaller cluster, k² times faster.
 	if k, err := strconv.Atoi(os.Getenv("STRATA_REPLAY_EVERY")); err == nil && k > 1 {
-		var some []TraceNode
-		for i := 0; i < len(nodes); i += k {
-			some = append(some, nodes[i])
-		}
-		nodes = some
+		nodes = everyKth(nodes, k)
 	}
 	c := buildCluster(t, nodes)
 	profile := ProfileDefault
