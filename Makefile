@@ -25,7 +25,7 @@ HEAVY_PKGS = $(shell $(GO) list -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}'
 RACE_HEAVY = github.com/strata-sh/strata/scheduler-plugins/gang
 RACE_PKGS = $(filter-out $(HEAVY_PKGS),$(ALL_PKGS)) $(RACE_HEAVY)
 
-.PHONY: all build demo test unit e2e generate verify bench bench-full bench-sim replay replay-framework images clean
+.PHONY: all build demo test unit e2e realnode realnode-tools generate verify bench bench-full bench-sim replay replay-framework images clean
 
 all: build
 
@@ -36,15 +36,29 @@ build:
 demo:
 	$(GO) run ./cmd/strata-sim run --cluster $(DEMO_DIR)/cluster.yaml -f $(DEMO_DIR) -f deployments/examples/nvidia -f deployments/examples/gang -f deployments/examples/rdma/gpu-nic-same-switch.yaml -f deployments/examples/ascend/npu-whole.yaml -f deployments/examples/cambricon/smlu.yaml --once --report table
 
-## test: unit tests (race detector where cheap) and the end-to-end suite.
-test: unit e2e
+## test: unit tests (race detector where cheap), the end-to-end suite on
+## simulated nodes, and the real-node suite (real kubelet and containerd).
+test: unit e2e realnode
 
 unit:
 	$(GO) test -race -count=1 $(RACE_PKGS)
 	$(GO) test -count=1 $(filter-out $(RACE_HEAVY),$(HEAVY_PKGS))
 
 e2e:
-	$(GO) test -count=1 -timeout 30m ./tests/...
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./tests/... | grep -v /tests/realnode)
+
+## realnode-tools: what real nodes run (hack/realnode/install.sh): Debian's
+## runc, busybox-static, umoci and CNI plugins, containerd and a kubelet
+## built once into a cache folder.
+realnode-tools:
+	bash hack/realnode/install.sh
+
+## realnode: the real-node suite (tests/realnode), timed on its own. It
+## skips, saying why, on a machine that cannot run containers.
+realnode:
+	@tools=$$(bash hack/realnode/install.sh) && start=$$(date +%s) && \
+	STRATA_REALNODE_TOOLS="$$tools" $(GO) test -count=1 -timeout 30m ./tests/realnode; rc=$$?; \
+	echo "real-node suite: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 ## bench-sim: strata-sim boot time, settle time and peak memory for
 ## clusters of SIM_BENCH_NODES DGX H100 nodes, one process per size so

@@ -357,6 +357,7 @@ func ascendPlugin(t *testing.T, objs []*unstructured.Unstructured) {
 		"--dev-root=/",
 		"--npu-smi=/usr/local/bin/npu-smi",
 		"--driver-root=/usr/local/Ascend/driver",
+		"--dcmi-dir=/usr/local/dcmi",
 	} {
 		assert.Contains(t, args, want)
 	}

@@ -56,6 +56,10 @@ type Config struct {
 	// claim's NpuConfig says driver: None. Empty leaves them out.
 	DriverRoot string
 	NPUSMI     string
+	// DCMIDir is the host path of the DCMI library folder that the
+	// driver's tools load (/usr/local/dcmi on Ascend hosts), mounted with
+	// the driver; empty leaves it out.
+	DCMIDir string
 }
 
 // npu is a discovered chip with what the backend derived from it.

@@ -274,7 +274,7 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 func TestDriverMountsFollowTheConfig(t *testing.T) {
 	tool := newTool(t)
 	ctx, b := newBackend(t, tool, t.TempDir())
-	b.cfg.DriverRoot, b.cfg.NPUSMI = "/usr/local/Ascend/driver", "/usr/local/bin/npu-smi"
+	b.cfg.DriverRoot, b.cfg.NPUSMI, b.cfg.DCMIDir = "/usr/local/Ascend/driver", "/usr/local/bin/npu-smi", "/usr/local/dcmi"
 	h := b.ConfigHandler()
 	effective := func(raws ...string) any {
 		var decoded []any

@@ -329,7 +329,9 @@ func (b *Backend) driverMounts(devices []plugin.AllocatedDevice) []*cdispec.Moun
 	for _, p := range []string{"lib64", "version.info", "include"} {
 		paths = append(paths, filepath.Join(b.cfg.DriverRoot, p))
 	}
-	paths = append(paths, "/usr/local/dcmi")
+	if b.cfg.DCMIDir != "" {
+		paths = append(paths, b.cfg.DCMIDir)
+	}
 	if b.cfg.NPUSMI != "" {
 		paths = append(paths, b.cfg.NPUSMI)
 	}

@@ -605,3 +605,17 @@ func (n *NPUSMI) destroy(c *chip, o opts) (string, int) {
 	}
 	return "Error parameter of -v.\n" + destroyHelp, ExitInvalidParameter
 }
+
+// VNPUs returns the ids of every vNPU the server holds, in chip order:
+// the minors of the vdavinci device nodes its driver would have made.
+func (n *NPUSMI) VNPUs() []int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var ids []int
+	for _, c := range n.chips {
+		for _, v := range c.vnpus {
+			ids = append(ids, v.id)
+		}
+	}
+	return ids
+}

@@ -17,7 +17,9 @@ import (
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/server/egressselector"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -140,6 +142,7 @@ func startAPIServer(ctx context.Context, dir, etcdURL string, opts Options) (*ap
 	if err != nil {
 		return nil, err
 	}
+	config.KubeAPIs.Extra.KubeletClientConfig.Lookup = kubeletDialer
 	completedConfig, err := config.Complete()
 	if err != nil {
 		return nil, err
@@ -229,6 +232,23 @@ func gateFlag(gates map[string]bool) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ",")
+}
+
+// kubeletDialer connects the API server to kubelets (logs, exec,
+// port-forward, node proxy). Every kubelet of this control plane runs on
+// this machine and listens on loopback at the port its Node reports, so
+// the address the API server picks (the node's name, by default) is
+// replaced by 127.0.0.1: nothing leaves the machine and no name has to
+// resolve.
+func kubeletDialer(egressselector.NetworkContext) (utilnet.DialFunc, error) {
+	var d net.Dialer
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		_, port, err := net.SplitHostPort(address)
+		if err != nil {
+			return nil, err
+		}
+		return d.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
+	}, nil
 }
 
 func listenLoopback() (net.Listener, int, error) {

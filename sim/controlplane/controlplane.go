@@ -180,6 +180,13 @@ func (cp *ControlPlane) WriteKubeconfig(path string) error {
 	return cp.writeKubeconfig(path, nil)
 }
 
+// WriteKubeconfigAs writes a kubeconfig that acts as id: what a
+// component outside the process (a kubelet plugin on a real node) uses in
+// place of its service account token.
+func (cp *ControlPlane) WriteKubeconfigAs(path string, id Identity) error {
+	return cp.writeKubeconfig(path, &id)
+}
+
 // writeKubeconfig writes a kubeconfig that acts as id (admin if nil).
 func (cp *ControlPlane) writeKubeconfig(path string, id *Identity) error {
 	c := cp.Config

@@ -30,6 +30,9 @@ type Options struct {
 	// install root, whose libraries npu-smi loads.
 	NPUSMI     string
 	DriverRoot string
+	// DCMIDir is the host's DCMI library folder, mounted into containers
+	// with the driver.
+	DCMIDir string
 }
 
 // NewOptions returns the defaults of a plugin on a real node.
@@ -41,6 +44,7 @@ func NewOptions() Options {
 		DevRoot:    "/",
 		NPUSMI:     npusmi.DefaultBinary,
 		DriverRoot: "/usr/local/Ascend/driver",
+		DCMIDir:    "/usr/local/dcmi",
 	}
 }
 
@@ -52,6 +56,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ProcRoot, "proc-root", o.ProcRoot, "where the host's procfs is mounted (device majors)")
 	fs.StringVar(&o.DevRoot, "dev-root", o.DevRoot, "prefix of host device node paths")
 	fs.StringVar(&o.NPUSMI, "npu-smi", o.NPUSMI, "the npu-smi program of the host's Ascend driver: chips, vNPU templates, vNPU creation")
+	fs.StringVar(&o.DCMIDir, "dcmi-dir", o.DCMIDir, "host folder of the DCMI library, mounted into containers with the driver (empty: not mounted)")
 	fs.StringVar(&o.DriverRoot, "driver-root", o.DriverRoot, "install root of the host's Ascend driver; npu-smi runs with its lib64 folders on LD_LIBRARY_PATH (empty: as the plugin's environment has it)")
 }
 
@@ -93,6 +98,7 @@ func Start(ctx context.Context, o Options, client kubernetes.Interface, host Hos
 		// it at in the plugin's pod.
 		DriverRoot: o.DriverRoot,
 		NPUSMI:     o.NPUSMI,
+		DCMIDir:    o.DCMIDir,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("Ascend backend: %w", err)

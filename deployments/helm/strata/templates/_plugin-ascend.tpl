@@ -12,6 +12,7 @@ health: it takes no --health-interval. */}}
 - --dev-root=/
 - --npu-smi={{ .p.driver.npuSmi }}
 - --driver-root={{ .p.driver.root }}
+- --dcmi-dir={{ .p.driver.dcmi }}
 {{- end -}}
 
 {{- define "strata.plugin.ascend.env" -}}

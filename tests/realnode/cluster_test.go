@@ -1,0 +1,330 @@
+package realnode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/strata-sh/strata/deployments/chart"
+	"github.com/strata-sh/strata/sim"
+	simcluster "github.com/strata-sh/strata/sim/cluster"
+	"github.com/strata-sh/strata/sim/controlplane"
+	"github.com/strata-sh/strata/sim/realnode"
+)
+
+// imageRegistry and imageTag name the images the suite assembles from
+// its own build; the chart is rendered with them and pullPolicy Never,
+// so a pod that names another image fails instead of reaching a registry.
+const (
+	imageRegistry = "strata.local"
+	imageTag      = "dev"
+)
+
+// env is the suite's cluster: the control plane with Strata installed
+// (one simulated node beside the real ones, as strata-sim needs one) and
+// what the real nodes are made from.
+type env struct {
+	sim    *sim.Sim
+	client kubernetes.Interface
+	dir    string
+	tools  realnode.Tools
+	// bin holds the binaries built for the suite; archives the image
+	// archives every real node imports.
+	bin      string
+	archives []string
+
+	mu    sync.Mutex
+	nodes []*realnode.Node
+}
+
+var (
+	shared    *env
+	sharedErr error
+	setupOnce sync.Once
+)
+
+// cluster returns the suite's cluster, starting it on first use.
+func suite(t *testing.T) *env {
+	t.Helper()
+	if os.Getenv(realnode.ToolsEnv) == "" {
+		t.Skipf("$%s is not set: run the suite with make test (or make realnode-tools first)", realnode.ToolsEnv)
+	}
+	setupOnce.Do(func() { shared, sharedErr = startCluster() })
+	if sharedErr != nil {
+		t.Fatalf("real-node cluster: %v", sharedErr)
+	}
+	return shared
+}
+
+func stopCluster() {
+	if shared == nil {
+		return
+	}
+	ctx := context.Background()
+	for _, n := range shared.nodes {
+		n.Stop(ctx)
+	}
+	shared.sim.Stop()
+	os.RemoveAll(shared.dir)
+}
+
+func startCluster() (_ *env, finalErr error) {
+	ctx := context.Background()
+	tools, err := realnode.FindTools()
+	if err != nil {
+		return nil, err
+	}
+	// Short: kubelet plugin sockets live below it.
+	dir, err := os.MkdirTemp("", "srn")
+	if err != nil {
+		return nil, err
+	}
+	e := &env{dir: dir, tools: tools, bin: filepath.Join(dir, "bin")}
+	defer func() {
+		if finalErr != nil {
+			if e.sim != nil {
+				e.sim.Stop()
+			}
+			os.RemoveAll(dir)
+		}
+	}()
+	if err := e.build(ctx); err != nil {
+		return nil, err
+	}
+	c, err := simcluster.Parse([]byte(`apiVersion: sim.strata.sh/v1alpha1
+kind: Cluster
+nodeGroups:
+- name: sim
+  count: 1
+`))
+	if err != nil {
+		return nil, err
+	}
+	e.sim, err = sim.Start(ctx, sim.Config{
+		Cluster:     c,
+		Dir:         filepath.Join(dir, "s"),
+		ChartValues: map[string]any{"plugins": map[string]any{"ascend": map[string]any{"enabled": true}}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.client = e.sim.ControlPlane.Client
+	return e, nil
+}
+
+// build compiles what the real nodes run from this checkout, as make
+// build does, and assembles the images: busybox for pods, and each
+// plugin's image as the Dockerfile's target builds it.
+func (e *env) build(ctx context.Context) error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	gobuild := func(out, pkg string, cgo bool, ldflags string) error {
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED="+map[bool]string{true: "1", false: "0"}[cgo],
+			"CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+		}
+		return nil
+	}
+	for _, p := range []string{"ascend-kubelet-plugin"} {
+		if err := gobuild(filepath.Join(e.bin, p), "./cmd/"+p, true, ""); err != nil {
+			return err
+		}
+	}
+	// The fakes run inside the plugins' containers: static, no libc.
+	if err := gobuild(filepath.Join(e.bin, "npu-smi"), "./hardware/fakebin/npu-smi", false, ""); err != nil {
+		return err
+	}
+	busybox, err := realnode.BusyboxImage(e.tools.Busybox)
+	if err != nil {
+		return err
+	}
+	images := map[string]realnode.Image{"busybox": busybox}
+	for _, p := range []string{"ascend-kubelet-plugin"} {
+		img, err := realnode.BinaryImage(p, filepath.Join(e.bin, p), imageRegistry+"/"+p+":"+imageTag)
+		if err != nil {
+			return err
+		}
+		images[p] = img
+	}
+	for name, img := range images {
+		archive := filepath.Join(e.dir, name+".tar")
+		if err := img.WriteArchive(archive); err != nil {
+			return fmt.Errorf("image %s: %w", name, err)
+		}
+		e.archives = append(e.archives, archive)
+	}
+	return nil
+}
+
+func repoRoot() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", fmt.Errorf("no caller")
+	}
+	return filepath.Abs(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// addNode joins a real node named name with labels.
+func (e *env) addNode(t *testing.T, name string, labels map[string]string) *realnode.Node {
+	t.Helper()
+	ctx := context.Background()
+	dir := filepath.Join(e.dir, name)
+	kubeconfig := filepath.Join(e.dir, "admin.kubeconfig")
+	if err := e.sim.ControlPlane.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	n, err := realnode.Start(ctx, e.tools, dir, realnode.Spec{Name: name, Labels: labels, Kubeconfig: kubeconfig}, e.client, e.archives...)
+	if err != nil {
+		t.Fatalf("real node %s: %v", name, err)
+	}
+	e.mu.Lock()
+	e.nodes = append(e.nodes, n)
+	e.mu.Unlock()
+	return n
+}
+
+// pluginDaemonSet renders the chart's DaemonSet of a vendor's plugin for
+// node n: its kubelet and CDI folders, the images the suite built, and
+// values over them.
+func pluginDaemonSet(t *testing.T, n *realnode.Node, vendor string, values map[string]any) *appsv1.DaemonSet {
+	t.Helper()
+	base := map[string]any{
+		"kubeletDir": n.KubeletDir(),
+		"cdiDir":     n.CDIDir(),
+		"image":      map[string]any{"registry": imageRegistry, "tag": imageTag, "pullPolicy": "Never"},
+		"plugins":    map[string]any{vendor: map[string]any{"enabled": true, "metricsPort": 0}},
+	}
+	r, err := chart.Render(chart.DefaultRelease, mergeValues(base, values))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range r.Templates {
+		for _, doc := range strings.Split(string(m.Content), "\n---") {
+			if !strings.Contains(doc, "kind: DaemonSet") || !strings.Contains(doc, vendor+"-kubelet-plugin") {
+				continue
+			}
+			ds := &appsv1.DaemonSet{}
+			if err := yaml.Unmarshal([]byte(doc), ds); err != nil {
+				t.Fatal(err)
+			}
+			if ds.Kind == "DaemonSet" {
+				return ds
+			}
+		}
+	}
+	t.Fatalf("the chart renders no %s plugin DaemonSet", vendor)
+	return nil
+}
+
+// mergeValues merges b over a, maps recursively.
+func mergeValues(a, b map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		if bm, ok := v.(map[string]any); ok {
+			if am, ok := out[k].(map[string]any); ok {
+				out[k] = mergeValues(am, bm)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// runPlugin runs the plugin of ds on n as a static pod, with the
+// identity its service account would have there and hostDirs (the fake
+// hardware) mounted at their paths, and waits for its mirror pod to run.
+func (e *env) runPlugin(t *testing.T, n *realnode.Node, ds *appsv1.DaemonSet, hostDirs ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	node, err := e.client.CoreV1().Nodes().Get(ctx, n.Name(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := controlplane.ServiceAccount(ds.Namespace, ds.Spec.Template.Spec.ServiceAccountName).OnNode(n.Name(), string(node.UID))
+	kubeconfig := filepath.Join(n.Dir, ds.Spec.Template.Spec.ServiceAccountName+".kubeconfig")
+	if err := e.sim.ControlPlane.WriteKubeconfigAs(kubeconfig, id); err != nil {
+		t.Fatal(err)
+	}
+	pod := realnode.PluginPod(ds.Name, ds.Namespace, ds.Spec.Template, kubeconfig)
+	for i, d := range hostDirs {
+		name := fmt.Sprintf("hardware-%d", i)
+		pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: name, MountPath: d})
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: d}}})
+	}
+	if err := n.RunStaticPod(pod); err != nil {
+		t.Fatal(err)
+	}
+	mirror := pod.Name + "-" + n.Name()
+	waitPod(t, e.client, pod.Namespace, mirror, 2*time.Minute, func(p *corev1.Pod) bool {
+		for _, c := range p.Status.ContainerStatuses {
+			if c.Ready || c.State.Running != nil {
+				return true
+			}
+		}
+		return false
+	})
+	return mirror
+}
+
+// waitPod waits until cond holds for the pod, failing with its status.
+func waitPod(t *testing.T, client kubernetes.Interface, ns, name string, timeout time.Duration, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = p
+		return cond(p), nil
+	})
+	if err != nil {
+		status, _ := yaml.Marshal(last)
+		t.Fatalf("pod %s/%s: %v; last seen:\n%s", ns, name, err, status)
+	}
+	return last
+}
+
+// podDone waits for a pod to succeed and returns each container's log.
+func podLogs(t *testing.T, client kubernetes.Interface, pod *corev1.Pod, timeout time.Duration) map[string]string {
+	t.Helper()
+	waitPod(t, client, pod.Namespace, pod.Name, timeout, func(p *corev1.Pod) bool {
+		if p.Status.Phase == corev1.PodFailed {
+			status, _ := yaml.Marshal(p.Status)
+			t.Fatalf("pod %s failed:\n%s", p.Name, status)
+		}
+		return p.Status.Phase == corev1.PodSucceeded
+	})
+	out := map[string]string{}
+	for _, c := range pod.Spec.Containers {
+		raw, err := client.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: c.Name}).DoRaw(context.Background())
+		if err != nil {
+			t.Fatalf("logs of %s/%s: %v", pod.Name, c.Name, err)
+		}
+		out[c.Name] = string(raw)
+	}
+	return out
+}
