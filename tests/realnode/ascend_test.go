@@ -207,8 +207,10 @@ func TestAscendWholeNPUOnRealNode(t *testing.T) {
 func TestAscendVNPUOnRealNode(t *testing.T) {
 	e, n, hw := ascendNode(t)
 	claimTemplate(t, e, "vnpu-5", "ascend-vnpu.strata.sh", `device.attributes["ascend.strata.sh"].template == "vir05_1c_16g"`)
-	p := createPod(t, e, withClaim(shellPod("vnpu", n.Name(), map[string]string{"server": seeDevices}, "busybox"), "vnpu-5", "server"))
-	out := podLogs(t, e.client, p, 3*time.Minute)["server"]
+	// The pod stays running, so the claim stays prepared while the host
+	// is checked.
+	p := createPod(t, e, withClaim(shellPod("vnpu", n.Name(), map[string]string{"server": seeDevices + "; echo seen; sleep 3600"}, "busybox"), "vnpu-5", "server"))
+	out := runningLog(t, e, p, "server", "seen", 3*time.Minute)
 	vnpus := regexp.MustCompile(`dev /dev/vdavinci(\d+) ec:([0-9a-f]+)`).FindAllStringSubmatch(out, -1)
 	if len(vnpus) != 1 {
 		t.Fatalf("container sees vNPU nodes %v, want one; output:\n%s", vnpus, out)
@@ -223,28 +225,68 @@ func TestAscendVNPUOnRealNode(t *testing.T) {
 	if _, err := os.Stat(hostNode); err != nil {
 		t.Errorf("the fake driver has no %s while the vNPU exists: %v", hostNode, err)
 	}
+	claimUID := podClaimUID(t, e, p)
+	if specs := specsOf(t, n.CDIDir(), claimUID); len(specs) != 1 {
+		t.Errorf("the prepared claim has CDI specs %v, want one", specs)
+	}
 	if err := e.client.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := os.Stat(hostNode)
-		specs, _ := filepath.Glob(filepath.Join(n.CDIDir(), "*"))
-		return os.IsNotExist(err) && len(cdiSpecsOf(specs, string(p.UID))) == 0, nil
+		return os.IsNotExist(err) && len(specsOf(t, n.CDIDir(), claimUID)) == 0, nil
 	})
 	if err != nil {
-		specs, _ := filepath.Glob(filepath.Join(n.CDIDir(), "*"))
+		specs := specsOf(t, n.CDIDir(), claimUID)
 		t.Fatalf("after the pod went, the vNPU's node or CDI spec stayed: node %s, specs %v", hostNode, specs)
 	}
 }
 
-func cdiSpecsOf(specs []string, _ string) []string {
-	var out []string
-	for _, s := range specs {
-		if strings.Contains(filepath.Base(s), "ascend") {
-			out = append(out, s)
+// runningLog waits for a running container's log to contain marker and
+// returns it.
+func runningLog(t *testing.T, e *env, p *corev1.Pod, container, marker string, timeout time.Duration) string {
+	t.Helper()
+	var log string
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		raw, err := e.client.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: container}).DoRaw(ctx)
+		if err != nil {
+			return false, nil
 		}
+		log = string(raw)
+		return strings.Contains(log, marker), nil
+	})
+	if err != nil {
+		cur, _ := e.client.CoreV1().Pods(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})
+		t.Fatalf("container %s of pod %s never printed %q (log %q, status %+v)", container, p.Name, marker, log, cur.Status)
 	}
-	return out
+	return log
+}
+
+// podClaimUID returns the UID of the claim made for a pod's one claim.
+func podClaimUID(t *testing.T, e *env, p *corev1.Pod) string {
+	t.Helper()
+	cur, err := e.client.CoreV1().Pods(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cur.Status.ResourceClaimStatuses) != 1 || cur.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+		t.Fatalf("pod %s has claims %+v, want one", p.Name, cur.Status.ResourceClaimStatuses)
+	}
+	claim, err := e.client.ResourceV1().ResourceClaims(p.Namespace).Get(context.Background(), *cur.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(claim.UID)
+}
+
+// specsOf lists the CDI spec files of a claim in a node's CDI folder.
+func specsOf(t *testing.T, dir, claimUID string) []string {
+	t.Helper()
+	specs, err := filepath.Glob(filepath.Join(dir, "*"+claimUID+"*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return specs
 }
 
 func mustAtoi(t *testing.T, s string) int {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/utils/ptr"
 
 	"github.com/strata-sh/strata/sim/realnode"
 )
@@ -44,6 +45,8 @@ func shellPod(name, node string, containers map[string]string, image string) *co
 			NodeSelector:  map[string]string{corev1.LabelHostname: node},
 			HostNetwork:   true,
 			RestartPolicy: corev1.RestartPolicyNever,
+			// The scripts run as PID 1, which ignores SIGTERM.
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
 		},
 	}
 	for _, c := range sortedKeys(containers) {

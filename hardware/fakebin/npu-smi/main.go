@@ -23,8 +23,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/drivers/vendortool"
+	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/hardware/npusmimock"
 )
 
