@@ -6,9 +6,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -18,6 +20,19 @@ import (
 	"github.com/strata-sh/strata/sim"
 	"github.com/strata-sh/strata/sim/controlplane"
 )
+
+const commandsUsage = `strata-sim runs a Kubernetes cluster with Strata in one process: a real
+API server and scheduler, simulated nodes, and a report of where
+every pod and device landed.
+
+Usage: strata-sim COMMAND [flags]
+
+Commands:
+  run      boot a cluster, apply manifests, report where everything landed
+  replay   replay Alibaba's openb GPU-sharing traces through Strata's scheduling
+
+Run "strata-sim COMMAND --help" for a command's flags.
+`
 
 const usage = `Usage: strata-sim run --cluster CLUSTER.yaml -f MANIFEST [-f MANIFEST ...] [--then MANIFEST ...] [flags]
 
@@ -30,23 +45,37 @@ Flags:
 `
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	err := run(os.Args[1:])
+	if errors.Is(err, pflag.ErrHelp) {
+		return
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "strata-sim:", err)
 		os.Exit(1)
 	}
 }
 
+// run runs a command. Asked for help (strata-sim --help, help, or a
+// command's --help) it prints the usage on standard output and returns
+// pflag.ErrHelp, which is a success, as kubectl-style tools do.
 func run(args []string) error {
-	if len(args) > 0 && args[0] == "replay" {
-		return runReplay(args[1:])
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, commandsUsage)
+		return errors.New("missing command")
 	}
-	if len(args) == 0 || args[0] != "run" {
-		fmt.Fprint(os.Stderr, usage)
-		return fmt.Errorf("unknown or missing command; the commands are \"run\" and \"replay\"")
+	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Fprint(os.Stdout, commandsUsage)
+		return pflag.ErrHelp
+	case "replay":
+		return runReplay(args[1:])
+	case "run":
+	default:
+		fmt.Fprint(os.Stderr, commandsUsage)
+		return fmt.Errorf("unknown command %q", args[0])
 	}
 	opts := sim.RunOptions{Out: os.Stdout}
-	fs := pflag.NewFlagSet("strata-sim run", pflag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, usage); fs.PrintDefaults() }
+	fs := newFlagSet("strata-sim run", usage, args[1:])
 	fs.StringVar(&opts.ClusterFile, "cluster", "", "cluster file (node groups and hardware)")
 	fs.StringArrayVarP(&opts.Manifests, "filename", "f", nil, "manifest file or directory to apply (repeatable)")
 	fs.StringArrayVar(&opts.Then, "then", nil, "manifest file or directory to apply once the cluster has settled after the previous step (repeatable, in order)")
@@ -76,4 +105,15 @@ func run(args []string) error {
 	defer stop()
 	defer klog.Flush()
 	return sim.Run(ctx, opts)
+}
+
+// newFlagSet is a command's flag set; its usage goes to standard output
+// when args ask for help, to standard error on a wrong flag.
+func newFlagSet(name, usage string, args []string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "--help" }) {
+		fs.SetOutput(os.Stdout)
+	}
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	return fs
 }

@@ -47,8 +47,7 @@ Flags:
 
 func runReplay(args []string) error {
 	o := replay.Options{Out: os.Stdout}
-	fs := pflag.NewFlagSet("strata-sim replay", pflag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, replayUsage); fs.PrintDefaults() }
+	fs := newFlagSet("strata-sim replay", replayUsage, args)
 	fs.StringVar(&o.TraceDir, "trace-dir", "", "folder with openb_node_list_gpu_node.csv and openb_pod_list_<variant>.csv")
 	fs.StringSliceVar(&o.Variants, "variant", []string{"default"}, "pod lists to replay (openb_pod_list_<variant>.csv); \"all\" for every one in the folder")
 	fs.StringSliceVar(&o.Policies, "policy", replay.ModelPolicies, "model engine policies: "+strings.Join(replay.ModelPolicies, ", ")+"; also "+strings.Join(replay.StudyPolicies, ", "))
