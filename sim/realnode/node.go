@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -341,4 +342,25 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// KillProcesses sends SIGKILL to the processes in the node's cgroups
+// (its containers) whose program is named name, as the OOM killer or a
+// crash would end them, and returns how many it signalled.
+func (n *Node) KillProcesses(name string) (int, error) {
+	pids, err := cgroupPIDs(n.cgroupRoot())
+	if err != nil {
+		return 0, err
+	}
+	killed := 0
+	for _, pid := range pids {
+		exe, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
+		if err != nil || filepath.Base(exe) != name {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+			killed++
+		}
+	}
+	return killed, nil
 }
