@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,15 +47,7 @@ func ascendNode(t *testing.T) (*env, *realnode.Node, *ascendMachine) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ds := pluginDaemonSet(t, n, "ascend", map[string]any{"plugins": map[string]any{"ascend": map[string]any{
-			"driver": map[string]any{
-				"root":   hw.path("usr/local/Ascend/driver"),
-				"npuSmi": hw.path("usr/local/bin/npu-smi"),
-				"dcmi":   hw.path("usr/local/dcmi"),
-			},
-			"extraArgs": []any{"--sysfs-root=" + hw.path(hardware.SysDir), "--proc-root=" + hw.path(hardware.ProcDir), "--dev-root=" + hw.root},
-		}}})
-		e.runPlugin(t, n, ds, hw.root)
+		e.runPlugin(t, n, ascendDaemonSet(t, n, hw), hw.root)
 		waitDevices(t, e, n.Name(), ascend.DriverName)
 		ascendHW = hw
 	})
@@ -62,6 +55,19 @@ func ascendNode(t *testing.T) (*env, *realnode.Node, *ascendMachine) {
 		t.Fatal("the Ascend plugin did not start on the real node (see the first Ascend test's failure)")
 	}
 	return e, n, ascendHW
+}
+
+// ascendDaemonSet is the chart's Ascend plugin DaemonSet for the real
+// node, its driver paths and hardware roots pointing at the fake machine.
+func ascendDaemonSet(t *testing.T, n *realnode.Node, hw *ascendMachine) *appsv1.DaemonSet {
+	return pluginDaemonSet(t, n, "ascend", map[string]any{"plugins": map[string]any{"ascend": map[string]any{
+		"driver": map[string]any{
+			"root":   hw.path("usr/local/Ascend/driver"),
+			"npuSmi": hw.path("usr/local/bin/npu-smi"),
+			"dcmi":   hw.path("usr/local/dcmi"),
+		},
+		"extraArgs": []any{"--sysfs-root=" + hw.path(hardware.SysDir), "--proc-root=" + hw.path(hardware.ProcDir), "--dev-root=" + hw.root},
+	}}})
 }
 
 func (m *ascendMachine) path(rel string) string { return filepath.Join(m.root, rel) }

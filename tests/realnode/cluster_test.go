@@ -258,6 +258,14 @@ func mergeValues(a, b map[string]any) map[string]any {
 // hardware) mounted at their paths, and waits for its mirror pod to run.
 func (e *env) runPlugin(t *testing.T, n *realnode.Node, ds *appsv1.DaemonSet, hostDirs ...string) string {
 	t.Helper()
+	return e.runPluginAs(t, n, ds, ds.Name, hostDirs...)
+}
+
+// runPluginAs is runPlugin with the static pod named name: a second name
+// is a second plugin pod beside the first, as a rolling update with
+// maxSurge makes.
+func (e *env) runPluginAs(t *testing.T, n *realnode.Node, ds *appsv1.DaemonSet, name string, hostDirs ...string) string {
+	t.Helper()
 	ctx := context.Background()
 	node, err := e.client.CoreV1().Nodes().Get(ctx, n.Name(), metav1.GetOptions{})
 	if err != nil {
@@ -268,7 +276,7 @@ func (e *env) runPlugin(t *testing.T, n *realnode.Node, ds *appsv1.DaemonSet, ho
 	if err := e.sim.ControlPlane.WriteKubeconfigAs(kubeconfig, id); err != nil {
 		t.Fatal(err)
 	}
-	pod := realnode.PluginPod(ds.Name, ds.Namespace, ds.Spec.Template, kubeconfig)
+	pod := realnode.PluginPod(name, ds.Namespace, ds.Spec.Template, kubeconfig)
 	for i, d := range hostDirs {
 		name := fmt.Sprintf("hardware-%d", i)
 		pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: name, MountPath: d})

@@ -110,3 +110,62 @@ func restarts(t *testing.T, e *env, ns, name string) int32 {
 	}
 	return restartCount(p)
 }
+
+// TestAscendPluginRollingUpdateOnRealNode: a rolling update as the
+// chart's DaemonSet does it (maxSurge 1): a second plugin pod starts
+// beside the first, then the first goes. A pod that started under the old
+// plugin keeps running and is cleaned up by the new one; pods started
+// during and after the update get NPUs.
+func TestAscendPluginRollingUpdateOnRealNode(t *testing.T) {
+	e, n, hw := ascendNode(t)
+	ctx := context.Background()
+	claimTemplate(t, e, "npu-rolling", "ascend-npu.strata.sh", "")
+	long := func(name string) *corev1.Pod {
+		return createPod(t, e, withClaim(shellPod(name, n.Name(), map[string]string{"main": seeDevices + "; echo seen; sleep 3600"}, "busybox"), "npu-rolling", "main"))
+	}
+	old := long("under-old-plugin")
+	runningLog(t, e, old, "main", "seen", 3*time.Minute)
+	oldClaim := podClaimUID(t, e, old)
+
+	ds := ascendDaemonSet(t, n, hw)
+	newPod := e.runPluginAs(t, n, ds, ds.Name+"-surge", hw.root)
+	during := long("during-update")
+	runningLog(t, e, during, "main", "seen", 3*time.Minute)
+
+	if err := n.RemoveStaticPod(ds.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, e, "strata-system", ds.Name+"-"+n.Name())
+	after := long("after-update")
+	if out := runningLog(t, e, after, "main", "seen", 3*time.Minute); len(davinciDev.FindAllString(out, -1)) != 1 {
+		t.Errorf("a pod started after the update sees %q, want one NPU", davinciDev.FindAllString(out, -1))
+	}
+	if err := e.client.CoreV1().Pods(old.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return len(specsOf(t, n.CDIDir(), oldClaim)) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("the new plugin (%s) did not release the claim prepared by the old one: CDI specs %v", newPod, specsOf(t, n.CDIDir(), oldClaim))
+	}
+	// Leave the node as the other tests expect it: one plugin pod named
+	// as the DaemonSet's.
+	e.runPluginAs(t, n, ds, ds.Name, hw.root)
+	if err := n.RemoveStaticPod(ds.Name + "-surge"); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, e, "strata-system", ds.Name+"-surge-"+n.Name())
+}
+
+// waitGone waits for a pod to be deleted.
+func waitGone(t *testing.T, e *env, ns, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := e.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return err != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s is still there", ns, name)
+	}
+}
