@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -56,7 +57,16 @@ type Config struct {
 	// starts a broadcaster of its own. A process that runs many plugins
 	// (strata-sim runs one per simulated node) shares one.
 	Events record.EventBroadcaster
+	// Simulated marks every published device with the attribute
+	// SimulatedAttribute: the plugin runs on a simulated machine.
+	Simulated bool
 }
+
+// SimulatedAttribute is the device attribute, in the driver's own
+// domain, that a plugin on a simulated machine sets to true on every
+// device it publishes, so that users and CEL selectors can tell them
+// from real ones.
+const SimulatedAttribute resourceapi.QualifiedName = "simulated"
 
 func (c *Config) validate() error {
 	var errs []error
@@ -241,6 +251,9 @@ func (d *Driver) refreshInventoryLocked(ctx context.Context) error {
 func (d *Driver) publish(ctx context.Context) error {
 	d.mu.Lock()
 	resources, err := driverResources(d.cfg.NodeName, d.inventory)
+	if err == nil && d.cfg.Simulated {
+		markSimulated(resources)
+	}
 	d.updateDeviceGaugesLocked()
 	d.notifyPublishedLocked()
 	d.mu.Unlock()

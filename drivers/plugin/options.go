@@ -43,6 +43,11 @@ type Options struct {
 	BootIDPath    string
 	// MetricsAddress is served by Serve; empty disables.
 	MetricsAddress string
+	// Simulate names a hardware preset (package hardware) to run on
+	// instead of the node's devices; the vendor's app builds the machine
+	// (package hardware/simulated) and the published devices carry the
+	// simulated attribute. Empty runs on the node's hardware.
+	Simulate string
 }
 
 // NewOptions returns the defaults of a driver's plugin on a real node.
@@ -72,6 +77,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.CDIDir, "cdi-dir", o.CDIDir, "CDI spec directory of the container runtime")
 	fs.StringVar(&o.BootIDPath, "boot-id-path", o.BootIDPath, "file holding the host's boot id")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address to serve Prometheus metrics on; empty disables")
+	fs.StringVar(&o.Simulate, "simulate", o.Simulate, "run on a simulated machine of this hardware preset (e.g. nvidia-dgx-h100) instead of the node's devices, "+
+		"to try Strata on a cluster without accelerators; refused on a node where the vendor's devices are found. The devices published say simulated: true")
 }
 
 // Validate checks the options, naming the flag at fault.
@@ -100,6 +107,7 @@ func (o Options) Config(driver string, backend Backend, client kubernetes.Interf
 		CDIDir:           o.CDIDir,
 		BootIDPath:       o.BootIDPath,
 		Events:           events,
+		Simulated:        o.Simulate != "",
 	}
 }
 

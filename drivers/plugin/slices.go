@@ -6,6 +6,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
 )
 
 // driverResources lays an inventory out as the ResourceSlices of one pool
@@ -112,4 +113,23 @@ func ResourceSlices(driver, nodeName string, inv *Inventory) ([]*resourceapi.Res
 		out = append(out, slice)
 	}
 	return out, nil
+}
+
+// markSimulated sets SimulatedAttribute on every device of the pools. The
+// attribute maps are copied: the inventory's stay as the backend made
+// them.
+func markSimulated(res *resourceslice.DriverResources) {
+	for _, pool := range res.Pools {
+		for _, slice := range pool.Slices {
+			for i := range slice.Devices {
+				dev := &slice.Devices[i]
+				attrs := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(dev.Attributes)+1)
+				for k, v := range dev.Attributes {
+					attrs[k] = v
+				}
+				attrs[SimulatedAttribute] = resourceapi.DeviceAttribute{BoolValue: ptr.To(true)}
+				dev.Attributes = attrs
+			}
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,15 +84,15 @@ func Start(ctx context.Context, tools Tools, dir string, spec Spec, client kuber
 		return nil, err
 	}
 	n := &Node{Dir: dir, Port: port, spec: spec, tools: tools, client: client}
-	if err := n.layout(); err != nil {
-		return nil, err
-	}
 	hostDirs.acquire()
 	defer func() {
 		if finalErr != nil {
 			n.Stop(context.WithoutCancel(ctx))
 		}
 	}()
+	if err := n.layout(); err != nil {
+		return nil, err
+	}
 	if err := n.startContainerd(ctx); err != nil {
 		return nil, err
 	}
@@ -118,6 +119,16 @@ func (n *Node) layout() error {
 	}
 	if len(filepath.Join(n.Dir, kubeletDir, "plugins", "cambricon.strata.sh", "dra.sock")) > 100 {
 		return fmt.Errorf("node folder %s is too long for the kubelet plugins' unix sockets", n.Dir)
+	}
+	// A real node's root is a shared mount (systemd makes it so), and pods
+	// whose volumes ask for mount propagation (the NVIDIA plugin's driver
+	// root) need their host path on one: the node's folder is bind-mounted
+	// onto itself and made shared, as kubelet does with its root.
+	if err := unix.Mount(n.Dir, n.Dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind-mount the node folder: %w", err)
+	}
+	if err := unix.Mount("", n.Dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make the node folder a shared mount: %w", err)
 	}
 	kc, err := n.kubeletConfig()
 	if err != nil {

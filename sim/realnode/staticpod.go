@@ -2,15 +2,12 @@ package realnode
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
-
-	"golang.org/x/sys/unix"
 )
 
 // RunStaticPod makes the node's kubelet run pod as a static pod (its
@@ -67,31 +64,4 @@ func PluginPod(name, namespace string, tmpl corev1.PodTemplateSpec, kubeconfig s
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: tmpl.Labels},
 		Spec:       spec,
 	}
-}
-
-// DeviceNode is a character device a fake machine has under /dev.
-type DeviceNode struct {
-	Name         string
-	Major, Minor uint32
-}
-
-// MakeDeviceNodes creates real character device nodes under root/dev, so
-// that a CDI spec naming them resolves on the host and containerd creates
-// the same device (type, major, minor) in the container. Nothing backs
-// them: opening one fails as for a device whose driver is not loaded.
-func MakeDeviceNodes(root string, nodes []DeviceNode) error {
-	dir := filepath.Join(root, "dev")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for _, d := range nodes {
-		p := filepath.Join(dir, d.Name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(d.Major, d.Minor))); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("mknod %s: %w", p, err)
-		}
-	}
-	return nil
 }

@@ -78,15 +78,7 @@ func writeAscendMachine(root, npuSMI string) (*ascendMachine, error) {
 	if err := hardware.WriteNode(root, m, "8b0c1f6e-2d3a-4c5b-9e7f-0a1b2c3d4e5f"); err != nil {
 		return nil, err
 	}
-	nodes := []realnode.DeviceNode{
-		{Name: "davinci_manager", Major: hardware.AscendManagerMajor},
-		{Name: "devmm_svm", Major: hardware.AscendSVMMajor},
-		{Name: "hisi_hdc", Major: hardware.AscendHDCMajor},
-	}
-	for i := range m.NPUs() {
-		nodes = append(nodes, realnode.DeviceNode{Name: fmt.Sprintf("davinci%d", i), Major: hardware.AscendDavinciMajor, Minor: uint32(i)})
-	}
-	if err := realnode.MakeDeviceNodes(root, nodes); err != nil {
+	if err := hardware.WriteDeviceNodes(root, m); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{"usr/local/Ascend/driver/lib64", "usr/local/Ascend/driver/include", "usr/local/dcmi", "usr/local/bin", "var"} {

@@ -34,6 +34,9 @@ const (
 	imageTag      = "dev"
 )
 
+// pluginImages are the plugin binaries the suite builds into images.
+var pluginImages = []string{"ascend-kubelet-plugin", "nvidia-kubelet-plugin"}
+
 // env is the suite's cluster: the control plane with Strata installed
 // (one simulated node beside the real ones, as strata-sim needs one) and
 // what the real nodes are made from.
@@ -144,7 +147,7 @@ func (e *env) build(ctx context.Context) error {
 		}
 		return nil
 	}
-	for _, p := range []string{"ascend-kubelet-plugin"} {
+	for _, p := range pluginImages {
 		if err := gobuild(filepath.Join(e.bin, p), "./cmd/"+p, true, ""); err != nil {
 			return err
 		}
@@ -158,7 +161,7 @@ func (e *env) build(ctx context.Context) error {
 		return err
 	}
 	images := map[string]realnode.Image{"busybox": busybox}
-	for _, p := range []string{"ascend-kubelet-plugin"} {
+	for _, p := range pluginImages {
 		img, err := realnode.BinaryImage(p, filepath.Join(e.bin, p), imageRegistry+"/"+p+":"+imageTag)
 		if err != nil {
 			return err

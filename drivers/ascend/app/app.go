@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"path/filepath"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -17,6 +18,7 @@ import (
 	"github.com/strata-sh/strata/drivers/ascend"
 	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/hardware/simulated"
 )
 
 // Options are the plugin's settings, as its flags give them.
@@ -112,7 +114,20 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	host := Host{}
+	if o.Simulate != "" {
+		if err := simulated.RefuseRealHardware("/", simulated.Ascend); err != nil {
+			return err
+		}
+		m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.Ascend)
+		if err != nil {
+			return fmt.Errorf("--simulate: %w", err)
+		}
+		o.SysfsRoot, o.ProcRoot, o.DevRoot = m.SysfsRoot(), m.ProcRoot(), m.DevRoot()
+		o.NPUSMI, o.DriverRoot, o.DCMIDir = m.Path(simulated.AscendNPUSMI), m.Path(simulated.AscendDriverRoot), m.Path(simulated.AscendDCMI)
+		host.NPUSMI = m.NPUSMI
+	}
 	return plugin.Serve(ctx, o.Options, func(ctx context.Context, client kubernetes.Interface) (plugin.Stopper, error) {
-		return Start(ctx, o, client, Host{})
+		return Start(ctx, o, client, host)
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
@@ -18,6 +19,8 @@ import (
 	"github.com/strata-sh/strata/drivers/cambricon"
 	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/hardware/simulated"
 )
 
 // Options are the plugin's settings, as its flags give them.
@@ -128,7 +131,23 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	host := Host{}
+	if o.Simulate != "" {
+		if err := simulated.RefuseRealHardware("/", simulated.Cambricon); err != nil {
+			return err
+		}
+		m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.Cambricon)
+		if err != nil {
+			return fmt.Errorf("--simulate: %w", err)
+		}
+		o.SysfsRoot, o.ProcRoot, o.DevRoot = m.SysfsRoot(), m.ProcRoot(), m.DevRoot()
+		o.CNMON = m.Path(simulated.CambriconCNMON)
+		// The sMLU capability nodes, listed as the kernel lists them.
+		o.DevCharDir = m.Path(filepath.Join(hardware.SysDir, "dev", "char"))
+		m.CNMON.PublishCapabilityNodes(o.DevCharDir, hardware.CambriconCapMajor)
+		host.CNMON = m.CNMON
+	}
 	return plugin.Serve(ctx, o.Options, func(ctx context.Context, client kubernetes.Interface) (plugin.Stopper, error) {
-		return Start(ctx, o, client, Host{})
+		return Start(ctx, o, client, host)
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/hardware/simulated"
 )
 
 // Options are the plugin's settings, as its flags give them.
@@ -175,9 +178,33 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	host := Host{}
+	if o.Simulate != "" {
+		var err error
+		if o, host, err = simulate(o); err != nil {
+			return err
+		}
+	}
 	return plugin.Serve(ctx, o.Options, func(ctx context.Context, client kubernetes.Interface) (plugin.Stopper, error) {
-		return Start(ctx, o, client, Host{})
+		return Start(ctx, o, client, host)
 	})
+}
+
+// simulate points the options at a simulated machine of the --simulate
+// preset, in the plugin's data folder, and returns its NVML, MPS and
+// time-slice fakes; it refuses a node with real NVIDIA GPUs.
+func simulate(o Options) (Options, Host, error) {
+	if err := simulated.RefuseRealHardware("/", simulated.NVIDIA); err != nil {
+		return o, Host{}, err
+	}
+	m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.NVIDIA)
+	if err != nil {
+		return o, Host{}, fmt.Errorf("--simulate: %w", err)
+	}
+	o.SysfsRoot, o.ProcRoot, o.DevRoot = m.SysfsRoot(), m.ProcRoot(), m.DevRoot()
+	o.FabricPartitionsFile = m.Path(hardware.FabricPartitionsFile)
+	o.HAMiCoreLibrary = m.Path(simulated.HAMiCoreLibrary)
+	return o, Host{NVML: m.NVML, MPS: m.MPS, TimeSlice: m.TimeSlices}, nil
 }
 
 // findLibrary returns the first existing path of a colon-separated list,

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/strata-sh/strata/drivers/plugin"
 	"github.com/strata-sh/strata/drivers/rdma"
+	"github.com/strata-sh/strata/hardware/simulated"
 )
 
 // Options are the plugin's settings, as its flags give them.
@@ -112,7 +114,19 @@ func Run(ctx context.Context, o Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	host := Host{}
+	if o.Simulate != "" {
+		if err := simulated.RefuseRealHardware("/", simulated.RDMA); err != nil {
+			return err
+		}
+		m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.RDMA)
+		if err != nil {
+			return fmt.Errorf("--simulate: %w", err)
+		}
+		o.SysfsRoot, o.DevRoot = m.SysfsRoot(), m.DevRoot()
+		host.Links = m.Links
+	}
 	return plugin.Serve(ctx, o.Options, func(ctx context.Context, client kubernetes.Interface) (plugin.Stopper, error) {
-		return Start(ctx, o, client, Host{})
+		return Start(ctx, o, client, host)
 	})
 }

@@ -1,0 +1,180 @@
+// Package simulated is the machine a kubelet plugin runs on with
+// --simulate: a hardware preset (package hardware) laid out on disk as the
+// plugin reads a real node (sysfs, /proc/devices, real character device
+// nodes made with mknod, a HAMi-core library stand-in) with the vendor
+// interfaces answered by the project's fakes: go-nvml's mock servers for
+// NVML, npusmimock for npu-smi, cnmonmock for cnmon, linkmock for
+// netlink. A platform team can try the whole chart on a cluster without
+// accelerators; every device the plugin publishes says it is simulated.
+//
+// What it does not model: the state of the simulated hardware (MIG
+// instances, vNPUs, sMLUs, MPS daemons, VF settings) lives in the plugin's
+// process and is lost when the plugin restarts, as if the devices had
+// been reset; opening a device node fails (no driver backs it); no
+// workload runs on a simulated device.
+package simulated
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/hardware/cnmonmock"
+	"github.com/strata-sh/strata/hardware/linkmock"
+	"github.com/strata-sh/strata/hardware/npusmimock"
+	"github.com/strata-sh/strata/hardware/nvmlmock"
+)
+
+// Vendor is a device family a plugin drives.
+type Vendor string
+
+// The vendors of Strata's plugins.
+const (
+	NVIDIA    Vendor = "nvidia"
+	Ascend    Vendor = "ascend"
+	Cambricon Vendor = "cambricon"
+	RDMA      Vendor = "rdma"
+)
+
+// Where the machine keeps stand-ins for the vendor software a plugin
+// mounts into containers, below Root: empty files and folders at the
+// paths of a real install, so that containers start as on a real node.
+const (
+	HAMiCoreLibrary  = "usr/local/vgpu/libvgpu.so"
+	AscendDriverRoot = "usr/local/Ascend/driver"
+	AscendNPUSMI     = "usr/local/bin/npu-smi"
+	AscendDCMI       = "usr/local/dcmi"
+	CambriconCNMON   = "usr/bin/cnmon"
+)
+
+// standIns are the files (and, ending in "/", folders) of each vendor.
+var standIns = map[Vendor][]string{
+	NVIDIA:    {HAMiCoreLibrary},
+	Ascend:    {AscendDriverRoot + "/lib64/", AscendDriverRoot + "/include/", AscendDriverRoot + "/version.info", AscendNPUSMI, AscendDCMI + "/"},
+	Cambricon: {CambriconCNMON},
+}
+
+// Machine is a simulated machine on disk with its vendor fakes.
+type Machine struct {
+	// Root holds the machine's sysfs, procfs and /dev.
+	Root   string
+	Layout hardware.Machine
+
+	NVML       *nvmlmock.Server
+	MPS        *nvmlmock.MPS
+	TimeSlices *nvmlmock.TimeSlices
+	NPUSMI     *npusmimock.NPUSMI
+	CNMON      *cnmonmock.CNMON
+	Links      *linkmock.Links
+}
+
+// New lays out preset under root for a plugin of vendor on node and makes
+// the fakes of that vendor. The preset must have the vendor's devices.
+func New(root, preset, node string, vendor Vendor) (*Machine, error) {
+	layout, err := hardware.Lookup(preset)
+	if err != nil {
+		return nil, err
+	}
+	m := &Machine{Root: root, Layout: layout}
+	switch vendor {
+	case NVIDIA:
+		if len(layout.GPUs()) == 0 {
+			return nil, fmt.Errorf("hardware preset %s has no NVIDIA GPUs", preset)
+		}
+		if m.NVML, err = nvmlmock.New(layout, node); err != nil {
+			return nil, err
+		}
+		m.MPS, m.TimeSlices = nvmlmock.NewMPS(), nvmlmock.NewTimeSlices()
+	case Ascend:
+		if len(layout.NPUs()) == 0 {
+			return nil, fmt.Errorf("hardware preset %s has no Ascend NPUs", preset)
+		}
+		if m.NPUSMI, err = npusmimock.New(layout.NPUModel, len(layout.NPUs())); err != nil {
+			return nil, err
+		}
+	case Cambricon:
+		if len(layout.MLUs()) == 0 {
+			return nil, fmt.Errorf("hardware preset %s has no Cambricon MLUs", preset)
+		}
+		if m.CNMON, err = cnmonmock.New(len(layout.MLUs())); err != nil {
+			return nil, err
+		}
+	case RDMA:
+		if len(layout.RDMADevices()) == 0 {
+			return nil, fmt.Errorf("hardware preset %s has no RDMA NICs", preset)
+		}
+		m.Links = linkmock.New(layout)
+	default:
+		return nil, fmt.Errorf("unknown vendor %q", vendor)
+	}
+	// A fresh tree each start: the fakes start from an idle machine.
+	if err := os.RemoveAll(root); err != nil {
+		return nil, err
+	}
+	bootID := uuid.NewSHA1(uuid.NameSpaceOID, []byte("simulated/"+node)).String()
+	if err := hardware.WriteNode(root, layout, bootID); err != nil {
+		return nil, fmt.Errorf("simulated machine %s: %w", preset, err)
+	}
+	if err := hardware.WriteDeviceNodes(root, layout); err != nil {
+		return nil, fmt.Errorf("simulated machine %s: %w", preset, err)
+	}
+	for _, p := range standIns[vendor] {
+		path := filepath.Join(root, p)
+		if strings.HasSuffix(p, "/") {
+			if err := os.MkdirAll(path, 0o755); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, nil, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Path is a path below the machine's root.
+func (m *Machine) Path(rel string) string { return filepath.Join(m.Root, rel) }
+
+// SysfsRoot, ProcRoot and DevRoot are what the plugin reads instead of
+// /sys, /proc and /.
+func (m *Machine) SysfsRoot() string { return filepath.Join(m.Root, hardware.SysDir) }
+
+// ProcRoot is the machine's procfs (device majors, MIG minors).
+func (m *Machine) ProcRoot() string { return filepath.Join(m.Root, hardware.ProcDir) }
+
+// DevRoot prefixes the machine's device node paths.
+func (m *Machine) DevRoot() string { return m.Root }
+
+// realDevices are paths, relative to the host's root, whose presence
+// shows the vendor's real devices or driver.
+var realDevices = map[Vendor][]string{
+	NVIDIA:    {"dev/nvidiactl", "dev/nvidia0", "proc/driver/nvidia/version"},
+	Ascend:    {"dev/davinci_manager", "dev/davinci0"},
+	Cambricon: {"dev/cambricon_ctl", "dev/cambricon_dev0"},
+	RDMA:      {"sys/class/infiniband/*"},
+}
+
+// RefuseRealHardware returns an error naming what it found when the host
+// (its root folder, "/" on a node) has the vendor's real devices: a
+// simulated machine must never hide or stand beside real ones.
+func RefuseRealHardware(host string, vendor Vendor) error {
+	var found []string
+	for _, p := range realDevices[vendor] {
+		matches, _ := filepath.Glob(filepath.Join(host, p))
+		found = append(found, matches...)
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return errors.New("--simulate: this node has real " + string(vendor) + " devices (" + strings.Join(found, ", ") +
+		"); refusing to publish simulated ones beside them: remove the simulate setting for this node")
+}

@@ -1,0 +1,86 @@
+package simulated
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/strata-sh/strata/hardware"
+)
+
+// TestNewLaysOutTheMachine: the preset's tree is on disk with real
+// character devices and the vendor's fakes and stand-ins.
+func TestNewLaysOutTheMachine(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mknod needs root")
+	}
+	root := filepath.Join(t.TempDir(), "sim")
+	m, err := New(root, "nvidia-dgx-h100", "node-a", NVIDIA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.NVML == nil || m.MPS == nil || m.TimeSlices == nil {
+		t.Fatalf("NVIDIA fakes missing: %+v", m)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(m.DevRoot(), "dev", "nvidia7"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != hardware.NvidiaMajor || unix.Minor(st.Rdev) != 7 {
+		t.Errorf("nvidia7 is mode %o rdev %d:%d, want char %d:7", st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev), hardware.NvidiaMajor)
+	}
+	for _, p := range []string{filepath.Join(m.SysfsRoot(), "bus", "pci", "devices"), filepath.Join(m.ProcRoot(), "devices"), m.Path(HAMiCoreLibrary)} {
+		if _, err := os.Stat(p); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestNewRefusesAPresetWithoutTheVendorsDevices(t *testing.T) {
+	for _, tc := range []struct {
+		preset string
+		vendor Vendor
+		want   string
+	}{
+		{"huawei-atlas-800t-a2", NVIDIA, "no NVIDIA GPUs"},
+		{"nvidia-dgx-h100", Ascend, "no Ascend NPUs"},
+		{"nvidia-dgx-h100", Cambricon, "no Cambricon MLUs"},
+		{"no-such-machine", NVIDIA, `unknown hardware preset "no-such-machine"`},
+	} {
+		_, err := New(t.TempDir(), tc.preset, "n", tc.vendor)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s for %s: %v, want %q", tc.preset, tc.vendor, err, tc.want)
+		}
+	}
+}
+
+// TestRefuseRealHardware: a host with the vendor's device nodes, driver
+// or RDMA devices is refused, naming what was found; other vendors' are
+// not in the way.
+func TestRefuseRealHardware(t *testing.T) {
+	host := t.TempDir()
+	for _, v := range []Vendor{NVIDIA, Ascend, Cambricon, RDMA} {
+		if err := RefuseRealHardware(host, v); err != nil {
+			t.Errorf("empty host, %s: %v", v, err)
+		}
+	}
+	for _, p := range []string{"dev/nvidiactl", "sys/class/infiniband/mlx5_0"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(host, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(host, p), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for v, want := range map[Vendor]string{NVIDIA: "dev/nvidiactl", RDMA: "mlx5_0"} {
+		if err := RefuseRealHardware(host, v); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--simulate") {
+			t.Errorf("%s: %v, want a refusal naming %s", v, err, want)
+		}
+	}
+	if err := RefuseRealHardware(host, Ascend); err != nil {
+		t.Errorf("NVIDIA devices refuse a simulated Ascend machine: %v", err)
+	}
+}

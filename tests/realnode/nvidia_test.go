@@ -1,0 +1,243 @@
+package realnode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/strata-sh/strata/drivers/nvidia"
+	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/sim/apply"
+	"github.com/strata-sh/strata/sim/realnode"
+)
+
+var nvidiaOnce sync.Once
+
+// nvidiaNode runs the NVIDIA plugin from its image on the real node with
+// the chart's simulate value (a DGX H100, dynamic MIG), as a platform
+// team trying the chart on a cluster without GPUs would, and waits for
+// its devices.
+func nvidiaNode(t *testing.T) (*env, *realnode.Node) {
+	t.Helper()
+	e, n := realNode(t)
+	started := false
+	nvidiaOnce.Do(func() {
+		// The driver root the chart mounts: an empty folder, as on a node
+		// without the NVIDIA driver.
+		driverRoot := filepath.Join(n.Dir, "nvidia-driver")
+		if err := os.MkdirAll(driverRoot, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ds := pluginDaemonSet(t, n, "nvidia", map[string]any{"plugins": map[string]any{"nvidia": map[string]any{
+			"simulate": "nvidia-dgx-h100",
+			"driver":   map[string]any{"root": driverRoot, "migMode": "dynamic"},
+		}}})
+		e.runPlugin(t, n, ds)
+		waitDevices(t, e, n.Name(), nvidia.DriverName)
+		started = true
+	})
+	if !started && !nvidiaStarted(e, n.Name()) {
+		t.Fatal("the NVIDIA plugin did not start on the real node (see the first NVIDIA test's failure)")
+	}
+	return e, n
+}
+
+func nvidiaStarted(e *env, node string) bool {
+	slices, err := e.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return false
+	}
+	for _, s := range slices.Items {
+		if s.Spec.Driver == nvidia.DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName == node {
+			return true
+		}
+	}
+	return false
+}
+
+// TestNVIDIASimulatedDevicesSaySo: every device the plugin publishes on
+// a simulated machine carries simulated: true, which a user sees in the
+// slices and can select on.
+func TestNVIDIASimulatedDevicesSaySo(t *testing.T) {
+	e, n := nvidiaNode(t)
+	slices, err := e.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices := 0
+	for _, s := range slices.Items {
+		if s.Spec.Driver != nvidia.DriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != n.Name() {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			devices++
+			if v := d.Attributes[plugin.SimulatedAttribute].BoolValue; v == nil || !*v {
+				t.Errorf("device %s does not say it is simulated: %v", d.Name, d.Attributes)
+			}
+		}
+	}
+	if devices == 0 {
+		t.Fatal("no NVIDIA devices published")
+	}
+}
+
+// gpuScript prints the container's NVIDIA device nodes and environment
+// and what HAMi-core would have.
+const gpuScript = `for f in /dev/* /dev/nvidia-caps/*; do [ -c "$f" ] && echo "dev $f $(stat -c '%t:%T' "$f")"; done; ` +
+	`env | grep -E '^(NVIDIA|CUDA)' | sed 's/^/env /'; ` +
+	`for f in /usr/local/vgpu/libvgpu.so /etc/ld.so.preload; do [ -e "$f" ] && echo "file $f"; done; true`
+
+var gpuNode = regexp.MustCompile(`dev /dev/nvidia(\d+) c3:([0-9a-f]+)`)
+var capNode = regexp.MustCompile(`dev /dev/nvidia-caps/nvidia-cap\d+ `)
+
+// TestNVIDIAWholeGPUOnRealNode: a container claiming a whole GPU sees one
+// GPU node (char 195:N) with the control and UVM nodes, and
+// NVIDIA_VISIBLE_DEVICES=void; the pod's container that names no claim
+// and a pod without a claim see no NVIDIA device.
+func TestNVIDIAWholeGPUOnRealNode(t *testing.T) {
+	e, n := nvidiaNode(t)
+	claimTemplate(t, e, "one-gpu", "nvidia-gpu.strata.sh", "")
+	p := withClaim(shellPod("gpu-whole", n.Name(), map[string]string{"trainer": gpuScript, "sidecar": gpuScript}, "ubuntu:22.04"), "one-gpu", "trainer")
+	logs := podLogs(t, e.client, createPod(t, e, p), 3*time.Minute)
+	plain := podLogs(t, e.client, createPod(t, e, shellPod("gpu-none", n.Name(), map[string]string{"main": gpuScript}, "ubuntu:22.04")), 3*time.Minute)
+
+	trainer := logs["trainer"]
+	gpus := gpuNode.FindAllStringSubmatch(trainer, -1)
+	if len(gpus) != 1 || fmt.Sprintf("%x", mustAtoi(t, gpus[0][1])) != gpus[0][2] {
+		t.Fatalf("trainer sees GPU nodes %q, want one nvidiaN with minor N; output:\n%s", gpus, trainer)
+	}
+	for _, want := range []string{"dev /dev/nvidiactl c3:ff", "dev /dev/nvidia-uvm 1ff:0", "dev /dev/nvidia-uvm-tools 1ff:1", "env NVIDIA_VISIBLE_DEVICES=void"} {
+		if !strings.Contains(trainer, want) {
+			t.Errorf("trainer lacks %q; output:\n%s", want, trainer)
+		}
+	}
+	if capNode.MatchString(trainer) || strings.Contains(trainer, "CUDA_DEVICE_MEMORY_LIMIT") {
+		t.Errorf("a whole GPU's container sees MIG capabilities or sharing limits:\n%s", trainer)
+	}
+	for name, out := range map[string]string{"sidecar (no claim named)": logs["sidecar"], "pod without a claim": plain["main"]} {
+		if strings.Contains(out, "dev /dev/nvidia") || strings.Contains(out, "NVIDIA_VISIBLE_DEVICES") {
+			t.Errorf("%s sees an NVIDIA device:\n%s", name, out)
+		}
+	}
+}
+
+// TestNVIDIAPerRequestContainersOnRealNode: the per-request-containers
+// example (one claim, a whole GPU for one container and a MIG slice for
+// the other): each container sees only its own request's devices, the MIG
+// container its GPU's node and the two capability nodes of its instance.
+func TestNVIDIAPerRequestContainersOnRealNode(t *testing.T) {
+	e, n := nvidiaNode(t)
+	pods := applyExample(t, e, n, "nvidia/per-request-containers.yaml", gpuScript)
+	logs := podLogs(t, e.client, pods[0], 3*time.Minute)
+	trainer, sidecar := logs["trainer"], logs["sidecar"]
+	tg, sg := gpuNode.FindAllStringSubmatch(trainer, -1), gpuNode.FindAllStringSubmatch(sidecar, -1)
+	if len(tg) != 1 || len(sg) != 1 {
+		t.Fatalf("trainer sees GPUs %q, sidecar %q; want one each.\ntrainer:\n%s\nsidecar:\n%s", tg, sg, trainer, sidecar)
+	}
+	if tg[0][1] == sg[0][1] {
+		t.Errorf("the whole GPU and the MIG slice are the same GPU %s", tg[0][1])
+	}
+	if got := len(capNode.FindAllString(sidecar, -1)); got != 2 {
+		t.Errorf("the MIG container sees %d capability nodes, want its GPU instance's and compute instance's:\n%s", got, sidecar)
+	}
+	if capNode.MatchString(trainer) {
+		t.Errorf("the whole-GPU container sees MIG capability nodes:\n%s", trainer)
+	}
+}
+
+// TestNVIDIASharedGPUOnRealNode: the shared-hami example: two pods each
+// with half an H100 share one GPU, and each container sees that GPU with
+// HAMi-core's limits in its environment and the library preloaded.
+func TestNVIDIASharedGPUOnRealNode(t *testing.T) {
+	e, n := nvidiaNode(t)
+	pods := applyExample(t, e, n, "nvidia/shared-hami.yaml", gpuScript)
+	if len(pods) != 2 {
+		t.Fatalf("the example has %d pods, want 2", len(pods))
+	}
+	var seen []string
+	for _, p := range pods {
+		for _, out := range podLogs(t, e.client, p, 3*time.Minute) {
+			gpus := gpuNode.FindAllStringSubmatch(out, -1)
+			if len(gpus) != 1 {
+				t.Fatalf("pod %s sees GPUs %q, want one:\n%s", p.Name, gpus, out)
+			}
+			seen = append(seen, gpus[0][1])
+			for _, want := range []string{"env CUDA_DEVICE_MEMORY_LIMIT=40960m", "env CUDA_DEVICE_SM_LIMIT=50", "file /usr/local/vgpu/libvgpu.so", "file /etc/ld.so.preload"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("pod %s lacks %q:\n%s", p.Name, want, out)
+				}
+			}
+		}
+	}
+	if len(seen) == 2 && seen[0] != seen[1] {
+		t.Errorf("the two halves are on GPUs %s and %s, want one GPU shared", seen[0], seen[1])
+	}
+}
+
+// applyExample creates an example's ResourceClaimTemplates and its pods,
+// made to run on the real node: each container runs script in the local
+// busybox image (the examples name public images) on the host network.
+// Everything else of the pods (claims, requests named per container) is
+// the example's.
+func applyExample(t *testing.T, e *env, n *realnode.Node, file, script string) []*corev1.Pod {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "deployments", "examples", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := apply.Decode(raw, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var pods []*corev1.Pod
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ResourceClaimTemplate":
+			tmpl := &resourcev1.ResourceClaimTemplate{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, tmpl); err != nil {
+				t.Fatal(err)
+			}
+			tmpl.Namespace = metav1.NamespaceDefault
+			if _, err := e.client.ResourceV1().ResourceClaimTemplates(tmpl.Namespace).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = e.client.ResourceV1().ResourceClaimTemplates(tmpl.Namespace).Delete(context.Background(), tmpl.Name, metav1.DeleteOptions{})
+			})
+		case "Pod":
+			p := &corev1.Pod{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, p); err != nil {
+				t.Fatal(err)
+			}
+			p.Namespace = metav1.NamespaceDefault
+			p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name()}
+			p.Spec.HostNetwork = true
+			p.Spec.RestartPolicy = corev1.RestartPolicyNever
+			grace := int64(1)
+			p.Spec.TerminationGracePeriodSeconds = &grace
+			for i := range p.Spec.Containers {
+				c := &p.Spec.Containers[i]
+				c.Image, c.ImagePullPolicy = "busybox", corev1.PullIfNotPresent
+				c.Command, c.Args = []string{"sh", "-c", script}, nil
+			}
+			pods = append(pods, createPod(t, e, p))
+		}
+	}
+	return pods
+}
