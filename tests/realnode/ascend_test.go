@@ -96,7 +96,7 @@ func writeAscendMachine(root, npuSMI string) (*ascendMachine, error) {
 	if err := os.WriteFile(hw.path("usr/local/bin/npu-smi"), bin, 0o755); err != nil {
 		return nil, err
 	}
-	settings, _ := json.Marshal(map[string]any{"model": m.NPUModel, "npus": len(m.NPUs()), "state": hw.path("var/npu-smi.state"), "devRoot": root})
+	settings, _ := json.Marshal(map[string]any{"model": m.NPUModel, "devices": len(m.NPUs()), "state": hw.path("var/npu-smi.state"), "devRoot": root})
 	if err := os.WriteFile(hw.path("usr/local/bin/npu-smi.json"), settings, 0o644); err != nil {
 		return nil, err
 	}

@@ -35,7 +35,7 @@ const (
 )
 
 // pluginImages are the plugin binaries the suite builds into images.
-var pluginImages = []string{"ascend-kubelet-plugin", "nvidia-kubelet-plugin"}
+var pluginImages = []string{"ascend-kubelet-plugin", "nvidia-kubelet-plugin", "cambricon-kubelet-plugin"}
 
 // env is the suite's cluster: the control plane with Strata installed
 // (one simulated node beside the real ones, as strata-sim needs one) and
@@ -120,7 +120,7 @@ nodeGroups:
 	e.sim, err = sim.Start(ctx, sim.Config{
 		Cluster:     c,
 		Dir:         filepath.Join(dir, "s"),
-		ChartValues: map[string]any{"plugins": map[string]any{"ascend": map[string]any{"enabled": true}}},
+		ChartValues: map[string]any{"plugins": map[string]any{"ascend": map[string]any{"enabled": true}, "cambricon": map[string]any{"enabled": true}}},
 	})
 	if err != nil {
 		return nil, err
@@ -153,8 +153,10 @@ func (e *env) build(ctx context.Context) error {
 		}
 	}
 	// The fakes run inside the plugins' containers: static, no libc.
-	if err := gobuild(filepath.Join(e.bin, "npu-smi"), "./hardware/fakebin/npu-smi", false, ""); err != nil {
-		return err
+	for _, fake := range []string{"npu-smi", "cnmon"} {
+		if err := gobuild(filepath.Join(e.bin, fake), "./hardware/fakebin/"+fake, false, ""); err != nil {
+			return err
+		}
 	}
 	busybox, err := realnode.BusyboxImage(e.tools.Busybox)
 	if err != nil {

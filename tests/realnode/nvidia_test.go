@@ -187,9 +187,10 @@ func TestNVIDIASharedGPUOnRealNode(t *testing.T) {
 
 // applyExample creates an example's ResourceClaimTemplates and its pods,
 // made to run on the real node: each container runs script in the local
-// busybox image (the examples name public images) on the host network.
-// Everything else of the pods (claims, requests named per container) is
-// the example's.
+// busybox image (the examples name public images) on the host network,
+// without CPU and memory requests (the node is this machine). Everything
+// else of the pods (claims, requests named per container) is the
+// example's.
 func applyExample(t *testing.T, e *env, n *realnode.Node, file, script string) []*corev1.Pod {
 	t.Helper()
 	root, err := repoRoot()
@@ -235,6 +236,9 @@ func applyExample(t *testing.T, e *env, n *realnode.Node, file, script string) [
 				c := &p.Spec.Containers[i]
 				c.Image, c.ImagePullPolicy = "busybox", corev1.PullIfNotPresent
 				c.Command, c.Args = []string{"sh", "-c", script}, nil
+				// The real node has this machine's CPUs and memory, not a
+				// GPU server's.
+				c.Resources.Requests, c.Resources.Limits = nil, nil
 			}
 			pods = append(pods, createPod(t, e, p))
 		}
