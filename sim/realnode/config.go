@@ -10,10 +10,10 @@ import (
 )
 
 // The node folder's layout. Paths are short on purpose: kubelet plugin
-// sockets under kubelet/plugins/<driver>/ must stay within the 107 bytes
-// of a unix socket path.
+// sockets under k/plugins_registry/ and k/plugins/<driver>/ must stay
+// within the 107 bytes of a unix socket path.
 const (
-	kubeletDir    = "kubelet"
+	kubeletDir    = "k"
 	containerdDir = "containerd"
 	stateDir      = "run"
 	cdiDir        = "cdi"

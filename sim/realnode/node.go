@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -61,6 +62,9 @@ type process struct {
 	done chan struct{}
 	err  error
 }
+
+// maxSocketPath is the longest path a unix socket can be bound to.
+const maxSocketPath = 107
 
 // CgroupRoot is the parent of every cgroup a node makes, one folder per
 // node below it.
@@ -117,8 +121,10 @@ func (n *Node) layout() error {
 			return err
 		}
 	}
-	if len(filepath.Join(n.Dir, kubeletDir, "plugins", "cambricon.strata.sh", "dra.sock")) > 100 {
-		return fmt.Errorf("node folder %s is too long for the kubelet plugins' unix sockets", n.Dir)
+	// The longest socket a plugin makes: its registration socket during
+	// a rolling update, named by driver and pod UID.
+	if sock := filepath.Join(n.Dir, kubeletDir, "plugins_registry", "cambricon.strata.sh-"+strings.Repeat("0", 32)+"-reg.sock"); len(sock) > maxSocketPath {
+		return fmt.Errorf("node folder %s is too long: kubelet plugin sockets such as %s would pass the %d bytes of a unix socket path", n.Dir, sock, maxSocketPath)
 	}
 	// A real node's root is a shared mount (systemd makes it so), and pods
 	// whose volumes ask for mount propagation (the NVIDIA plugin's driver
@@ -374,4 +380,24 @@ func (n *Node) KillProcesses(name string) (int, error) {
 		}
 	}
 	return killed, nil
+}
+
+// ContainerLogs returns the logs the kubelet keeps of the containers of
+// pods in namespace whose name starts with prefix, newest attempt last,
+// by file: what a test prints when a static pod (which has no API
+// server-side logs while it fails) does not come up.
+func (n *Node) ContainerLogs(namespace, prefix string) map[string]string {
+	files, _ := filepath.Glob(filepath.Join(n.Dir, logsDir, "pods", namespace+"_"+prefix+"*", "*", "*.log"))
+	out := map[string]string{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if len(data) > 4096 {
+			data = data[len(data)-4096:]
+		}
+		out[f] = string(data)
+	}
+	return out
 }

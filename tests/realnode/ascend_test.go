@@ -119,6 +119,9 @@ func waitDevices(t *testing.T, e *env, node, driver string) {
 		return false, nil
 	})
 	if err != nil {
+		for f, log := range e.nodeByName(node).ContainerLogs("strata-system", "") {
+			t.Logf("%s:\n%s", f, log)
+		}
 		t.Fatalf("no %s devices published for node %s: %v", driver, node, err)
 	}
 }

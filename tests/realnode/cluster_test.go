@@ -35,7 +35,7 @@ const (
 )
 
 // pluginImages are the plugin binaries the suite builds into images.
-var pluginImages = []string{"ascend-kubelet-plugin", "nvidia-kubelet-plugin", "cambricon-kubelet-plugin"}
+var pluginImages = []string{"ascend-kubelet-plugin", "nvidia-kubelet-plugin", "cambricon-kubelet-plugin", "rdma-kubelet-plugin"}
 
 // env is the suite's cluster: the control plane with Strata installed
 // (one simulated node beside the real ones, as strata-sim needs one) and
@@ -120,7 +120,7 @@ nodeGroups:
 	e.sim, err = sim.Start(ctx, sim.Config{
 		Cluster:     c,
 		Dir:         filepath.Join(dir, "s"),
-		ChartValues: map[string]any{"plugins": map[string]any{"ascend": map[string]any{"enabled": true}, "cambricon": map[string]any{"enabled": true}}},
+		ChartValues: map[string]any{"plugins": map[string]any{"ascend": map[string]any{"enabled": true}, "cambricon": map[string]any{"enabled": true}, "rdma": map[string]any{"enabled": true}}},
 	})
 	if err != nil {
 		return nil, err
@@ -192,7 +192,8 @@ func repoRoot() (string, error) {
 func (e *env) addNode(t *testing.T, name string, labels map[string]string) *realnode.Node {
 	t.Helper()
 	ctx := context.Background()
-	dir := filepath.Join(e.dir, name)
+	// Short: kubelet plugin sockets live below it.
+	dir := filepath.Join(e.dir, fmt.Sprintf("n%d", len(e.nodes)))
 	kubeconfig := filepath.Join(e.dir, "admin.kubeconfig")
 	if err := e.sim.ControlPlane.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
@@ -205,6 +206,18 @@ func (e *env) addNode(t *testing.T, name string, labels map[string]string) *real
 	e.nodes = append(e.nodes, n)
 	e.mu.Unlock()
 	return n
+}
+
+// nodeByName returns a real node the suite started.
+func (e *env) nodeByName(name string) *realnode.Node {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, n := range e.nodes {
+		if n.Name() == name {
+			return n
+		}
+	}
+	return nil
 }
 
 // pluginDaemonSet renders the chart's DaemonSet of a vendor's plugin for

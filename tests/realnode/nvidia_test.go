@@ -25,7 +25,7 @@ import (
 var nvidiaOnce sync.Once
 
 // nvidiaNode runs the NVIDIA plugin from its image on the real node with
-// the chart's simulate value (a DGX H100, dynamic MIG), as a platform
+// the chart's simulate value (an HGX H100, dynamic MIG), as a platform
 // team trying the chart on a cluster without GPUs would, and waits for
 // its devices.
 func nvidiaNode(t *testing.T) (*env, *realnode.Node) {
@@ -40,7 +40,7 @@ func nvidiaNode(t *testing.T) (*env, *realnode.Node) {
 			t.Fatal(err)
 		}
 		ds := pluginDaemonSet(t, n, "nvidia", map[string]any{"plugins": map[string]any{"nvidia": map[string]any{
-			"simulate": "nvidia-dgx-h100",
+			"simulate": "nvidia-hgx-h100-cpu-nics",
 			"driver":   map[string]any{"root": driverRoot, "migMode": "dynamic"},
 		}}})
 		e.runPlugin(t, n, ds)
