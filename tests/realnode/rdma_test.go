@@ -2,8 +2,8 @@ package realnode
 
 import (
 	"regexp"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
