@@ -25,7 +25,7 @@ HEAVY_PKGS = $(shell $(GO) list -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}'
 RACE_HEAVY = github.com/strata-sh/strata/scheduler-plugins/gang
 RACE_PKGS = $(filter-out $(HEAVY_PKGS),$(ALL_PKGS)) $(RACE_HEAVY)
 
-.PHONY: all build demo test unit e2e realnode realnode-tools generate verify bench bench-full bench-sim replay replay-framework images clean
+.PHONY: all build demo demo-real test unit e2e realnode realnode-tools generate verify bench bench-full bench-sim replay replay-framework images clean
 
 all: build
 
@@ -33,8 +33,18 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
 ## demo: boot the demo cluster, run the demo workloads, print where they landed.
+DEMO_WORKLOADS := -f $(DEMO_DIR) -f deployments/examples/nvidia -f deployments/examples/gang -f deployments/examples/rdma/gpu-nic-same-switch.yaml -f deployments/examples/ascend/npu-whole.yaml -f deployments/examples/cambricon/smlu.yaml
+
 demo:
-	$(GO) run ./cmd/strata-sim run --cluster $(DEMO_DIR)/cluster.yaml -f $(DEMO_DIR) -f deployments/examples/nvidia -f deployments/examples/gang -f deployments/examples/rdma/gpu-nic-same-switch.yaml -f deployments/examples/ascend/npu-whole.yaml -f deployments/examples/cambricon/smlu.yaml --once --report table
+	$(GO) run ./cmd/strata-sim run --cluster $(DEMO_DIR)/cluster.yaml $(DEMO_WORKLOADS) --once --report table
+
+## demo-real: the same workloads on the demo cluster with three real
+## nodes (real kubelet and containerd, Strata's plugins from their images
+## on simulated machines); the report adds what each of their containers
+## saw. Needs root (docs/real-nodes.md).
+demo-real: build
+	@tools=$$(bash hack/realnode/install.sh) && \
+	$(GO) run ./cmd/strata-sim run --cluster $(DEMO_DIR)/cluster-real.yaml $(DEMO_WORKLOADS) --realnode-tools "$$tools" --plugin-bin-dir bin --once --report table
 
 ## test: unit tests (race detector where cheap), the end-to-end suite on
 ## simulated nodes, and the real-node suite (real kubelet and containerd).

@@ -13,6 +13,7 @@ import (
 	"github.com/strata-sh/strata/sim/apply"
 	"github.com/strata-sh/strata/sim/cluster"
 	"github.com/strata-sh/strata/sim/controlplane"
+	"github.com/strata-sh/strata/sim/realnode"
 )
 
 // Report formats.
@@ -50,7 +51,13 @@ type RunOptions struct {
 	// ChartValues are Helm values files for the chart strata-sim
 	// installs, later files over earlier ones (helm install -f).
 	ChartValues []string
-	Out         io.Writer
+	// RealNodeTools is the folder of the real-node programs
+	// (hack/realnode/install.sh) and PluginBinDir that of the plugin
+	// binaries (make build); both are needed when the cluster file has
+	// real node groups.
+	RealNodeTools string
+	PluginBinDir  string
+	Out           io.Writer
 }
 
 // writeReport prints the report in the chosen format.
@@ -118,7 +125,15 @@ func Run(ctx context.Context, o RunOptions) error {
 	if err != nil {
 		return err
 	}
-	s, err := Start(ctx, Config{Cluster: c, Dir: o.Dir, ChartValues: values, ControlPlane: controlplane.Options{
+	var real *RealNodes
+	if c.RealNodeCount() > 0 {
+		tools, err := realnode.FindToolsIn(o.RealNodeTools)
+		if err != nil {
+			return fmt.Errorf("%s has real node groups: %w", o.ClusterFile, err)
+		}
+		real = &RealNodes{Tools: tools, PluginBinDir: o.PluginBinDir}
+	}
+	s, err := Start(ctx, Config{Cluster: c, Dir: o.Dir, ChartValues: values, RealNodes: real, ControlPlane: controlplane.Options{
 		FeatureGates: gates, RuntimeConfig: controlplane.WithGateAPIs(gates, runtimeConfig)}})
 	if err != nil {
 		return err

@@ -35,6 +35,7 @@ import (
 	"github.com/strata-sh/strata/sim/cluster"
 	"github.com/strata-sh/strata/sim/controlplane"
 	"github.com/strata-sh/strata/sim/node"
+	"github.com/strata-sh/strata/sim/realnode"
 	"github.com/strata-sh/strata/sim/report"
 )
 
@@ -55,6 +56,8 @@ type Config struct {
 	// ChartValues are Helm values over the chart's defaults for the
 	// installation of Strata the cluster starts with.
 	ChartValues map[string]any
+	// RealNodes is needed when the cluster has real node groups.
+	RealNodes *RealNodes
 }
 
 // GCPercent is the garbage collector's target for a simulated cluster
@@ -123,6 +126,7 @@ type Sim struct {
 	stopController func()
 	dir            string
 	ownDir         bool
+	realNodes      []*realnode.Node
 }
 
 // Start boots the control plane, installs Strata's cluster objects
@@ -203,6 +207,9 @@ func Start(ctx context.Context, cfg Config) (_ *Sim, finalErr error) {
 	if err := s.waitPublished(ctx, specs); err != nil {
 		return nil, err
 	}
+	if err := s.startRealNodes(ctx, cfg); err != nil {
+		return nil, err
+	}
 	logger.V(1).Info("Simulated cluster ready", "nodes", len(specs), "duration", time.Since(start))
 	return s, nil
 }
@@ -274,12 +281,15 @@ func (s *Sim) waitPublished(ctx context.Context, specs []node.Spec) error {
 
 // Apply creates the objects of manifests.
 func (s *Sim) Apply(ctx context.Context, objs []apply.Object) error {
+	if len(s.realNodes) > 0 {
+		objs = forRealNodes(objs)
+	}
 	return s.applier.Apply(ctx, objs)
 }
 
 // Report collects the current state.
 func (s *Sim) Report(ctx context.Context) (*report.Report, error) {
-	r, err := report.Collect(ctx, s.ControlPlane.Client, s.dyn, s.Cluster.Name, s.Nodes.Containers)
+	r, err := report.Collect(ctx, s.ControlPlane.Client, s.dyn, s.Cluster.Name, s.containersOf(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -381,6 +391,9 @@ func freePort() (int, error) {
 
 // Stop shuts the nodes and the control plane down.
 func (s *Sim) Stop() {
+	for _, n := range s.realNodes {
+		n.Stop(context.Background())
+	}
 	if s.Nodes != nil {
 		s.Nodes.Stop()
 	}
@@ -395,5 +408,6 @@ func (s *Sim) Stop() {
 		// files (kubeconfig, etcd data); the nodes' folders (sockets,
 		// fake sysfs, CDI specs) mean nothing once the nodes are gone.
 		os.RemoveAll(filepath.Join(s.dir, nodesDir))
+		os.RemoveAll(filepath.Join(s.dir, realNodesDir))
 	}
 }

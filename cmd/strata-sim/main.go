@@ -19,6 +19,7 @@ import (
 
 	"github.com/strata-sh/strata/sim"
 	"github.com/strata-sh/strata/sim/controlplane"
+	"github.com/strata-sh/strata/sim/realnode"
 )
 
 const commandsUsage = `strata-sim runs a Kubernetes cluster with Strata in one process: a real
@@ -88,6 +89,8 @@ func run(args []string) error {
 	gates := fs.String("feature-gates", "", "Kubernetes feature gates for the whole control plane, Name=true|false,... (over the cluster file's featureGates)")
 	fs.StringSliceVar(&opts.RuntimeConfig, "runtime-config", nil, "API versions to serve or not, group/version=true|false,... (added to the cluster file's runtimeConfig)")
 	fs.StringArrayVar(&opts.ChartValues, "values", nil, "Helm values file for the Strata chart the cluster installs (repeatable; later files win), as helm install -f")
+	fs.StringVar(&opts.RealNodeTools, "realnode-tools", os.Getenv(realnode.ToolsEnv), "folder of containerd, its shim, ctr and kubelet for real node groups (hack/realnode/install.sh prints it; default $"+realnode.ToolsEnv+")")
+	fs.StringVar(&opts.PluginBinDir, "plugin-bin-dir", "bin", "folder of the kubelet plugin binaries (make build) that real nodes run as images")
 	verbosity := fs.IntP("verbosity", "v", -1, "log verbosity; below 0 logs nothing")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err

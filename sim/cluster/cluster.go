@@ -74,6 +74,13 @@ type NodeGroup struct {
 	// NICs and their SR-IOV virtual functions; the hardware preset must
 	// have NICs. Off by default, as the chart's plugins.rdma is.
 	RDMA bool `json:"rdma,omitempty"`
+	// Real makes the group's nodes real ones (package sim/realnode): a
+	// kubelet and containerd each, on this machine, running Strata's
+	// plugins from their images on simulated machines of the hardware
+	// preset (the chart's plugins.<vendor>.simulate) and the pods'
+	// containers for real. CPU, Memory and Pods do not apply: a real
+	// node reports this machine's.
+	Real bool `json:"real,omitempty"`
 }
 
 // MIGDevices puts GPUs into MIG mode with the given instances.
@@ -190,6 +197,9 @@ func (c *Cluster) validate() field.ErrorList {
 		if g.Pods < 0 {
 			errs = append(errs, field.Invalid(p.Child("pods"), g.Pods, "must not be negative"))
 		}
+		if g.Real && len(g.MIGConfig) > 0 {
+			errs = append(errs, field.Invalid(p.Child("migConfig"), len(g.MIGConfig), "real nodes run dynamic or empty static MIG: a simulated machine starts with no MIG instance"))
+		}
 		if g.Hardware != "" {
 			if m, err := hardware.Lookup(g.Hardware); err != nil {
 				errs = append(errs, field.NotSupported(p.Child("hardware"), g.Hardware, hardwareNames()))
@@ -217,6 +227,17 @@ func hardwareNames() []string {
 		out = append(out, name)
 	}
 	return sortStrings(out)
+}
+
+// RealNodeCount is the number of real nodes.
+func (c *Cluster) RealNodeCount() int {
+	n := 0
+	for _, g := range c.NodeGroups {
+		if g.Real {
+			n += g.Count
+		}
+	}
+	return n
 }
 
 // ChartPlugins are the chart's plugins.<vendor> keys of the kubelet

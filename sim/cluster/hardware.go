@@ -60,10 +60,15 @@ var (
 	XIDHoldDown    = 5 * time.Second
 )
 
-// NodeSpecs expands the cluster into node specs, in group order.
+// NodeSpecs expands the cluster's simulated node groups into node specs,
+// in group order.
 func (c *Cluster) NodeSpecs() ([]node.Spec, error) {
 	var specs []node.Spec
 	for _, g := range c.NodeGroups {
+		if g.Real {
+			// Real nodes are started by package sim with realnode.
+			continue
+		}
 		for i := 0; i < g.Count; i++ {
 			spec := node.Spec{
 				Name:     g.NodeName(i),

@@ -23,6 +23,11 @@ type Container struct {
 	// NetDevices are the host network interfaces moved into the
 	// container, as "<host name>=<name in the container>".
 	NetDevices []string `json:"netDevices,omitempty"`
+	// Observed says the container itself reported these (a pod on a real
+	// node prints what it has): device nodes, environment and mounts are
+	// then all it has beyond what every container has, and CDIDevices is
+	// empty.
+	Observed bool `json:"observed,omitempty"`
 }
 
 // containerRuntime stands in for containerd's CDI support: it reads the

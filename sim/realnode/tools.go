@@ -45,8 +45,11 @@ type Tools struct {
 
 // FindTools locates the programs, from $STRATA_REALNODE_TOOLS and the
 // system's PATH. The error says what is missing and how to install it.
-func FindTools() (Tools, error) {
-	dir := os.Getenv(ToolsEnv)
+func FindTools() (Tools, error) { return FindToolsIn(os.Getenv(ToolsEnv)) }
+
+// FindToolsIn locates the programs in dir (hack/realnode/install.sh's
+// folder) and on the PATH.
+func FindToolsIn(dir string) (Tools, error) {
 	if dir == "" {
 		return Tools{}, fmt.Errorf("$%s is not set: run hack/realnode/install.sh (make realnode-tools) and set it to the folder it prints", ToolsEnv)
 	}

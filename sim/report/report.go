@@ -131,7 +131,7 @@ type Claim struct {
 }
 
 // Containers looks up what a running pod's containers were given.
-type Containers func(types.UID) map[string]node.Container
+type Containers func(*corev1.Pod) map[string]node.Container
 
 // Collect reads the cluster state through the API.
 func Collect(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, cluster string, containers Containers) (*Report, error) {
@@ -416,7 +416,7 @@ func podReport(pod *corev1.Pod, claims map[string]*resourceapi.ResourceClaim, fu
 	}
 	if pod.Status.Phase == corev1.PodRunning {
 		if containers != nil {
-			p.Containers = containers(pod.UID)
+			p.Containers = containers(pod)
 		}
 		return p
 	}

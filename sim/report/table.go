@@ -68,6 +68,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 
+	writeObserved(w, r.Pods)
+
 	var pending []Pod
 	for _, p := range r.Pods {
 		if p.Reason != "" {
@@ -133,3 +135,40 @@ func deviceList(devs []Device) string {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// writeObserved lists what the containers of pods on real nodes reported
+// having: device nodes, accelerator environment and mounts beyond every
+// container's.
+func writeObserved(w io.Writer, pods []Pod) {
+	header := false
+	for _, p := range pods {
+		names := make([]string, 0, len(p.Containers))
+		for name, c := range p.Containers {
+			if c.Observed {
+				names = append(names, name)
+			}
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			if !header {
+				fmt.Fprintln(w, "\nSeen by the containers of pods on real nodes:")
+				header = true
+			}
+			c := p.Containers[name]
+			var parts []string
+			if len(c.DeviceNodes) > 0 {
+				parts = append(parts, strings.Join(c.DeviceNodes, " "))
+			}
+			if len(c.Env) > 0 {
+				parts = append(parts, strings.Join(c.Env, " "))
+			}
+			if len(c.Mounts) > 0 {
+				parts = append(parts, "mounts "+strings.Join(c.Mounts, " "))
+			}
+			if len(parts) == 0 {
+				parts = []string{"no device"}
+			}
+			fmt.Fprintf(w, "  %s/%s/%s: %s\n", p.Namespace, p.Name, name, strings.Join(parts, "; "))
+		}
+	}
+}

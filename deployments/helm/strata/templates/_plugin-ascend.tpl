@@ -25,16 +25,22 @@ health: it takes no --health-interval. */}}
 {{- define "strata.plugin.ascend.capabilities" -}}
 {{- end -}}
 
+{{- /* With simulate, the plugin runs on a simulated machine that brings
+stand-ins of the vendor's software: a node without accelerators has none
+to mount. */}}
 {{- define "strata.plugin.ascend.mounts" -}}
+{{- if not .p.simulate }}
 - name: driver-root
   mountPath: {{ .p.driver.root }}
   readOnly: true
 - name: npu-smi
   mountPath: {{ .p.driver.npuSmi }}
   readOnly: true
+{{- end }}
 {{- end -}}
 
 {{- define "strata.plugin.ascend.volumes" -}}
+{{- if not .p.simulate }}
 - name: driver-root
   hostPath:
     path: {{ .p.driver.root }}
@@ -43,4 +49,5 @@ health: it takes no --health-interval. */}}
   hostPath:
     path: {{ .p.driver.npuSmi }}
     type: File
+{{- end }}
 {{- end -}}

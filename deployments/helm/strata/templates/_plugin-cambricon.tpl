@@ -25,15 +25,22 @@ health: it takes no --health-interval. */}}
 {{- define "strata.plugin.cambricon.capabilities" -}}
 {{- end -}}
 
+{{- /* With simulate, the plugin runs on a simulated machine that brings
+stand-ins of the vendor's software: a node without accelerators has none
+to mount. */}}
 {{- define "strata.plugin.cambricon.mounts" -}}
+{{- if not .p.simulate }}
 - name: cnmon
   mountPath: {{ .p.driver.cnmon }}
   readOnly: true
+{{- end }}
 {{- end -}}
 
 {{- define "strata.plugin.cambricon.volumes" -}}
+{{- if not .p.simulate }}
 - name: cnmon
   hostPath:
     path: {{ .p.driver.cnmon }}
     type: File
+{{- end }}
 {{- end -}}
