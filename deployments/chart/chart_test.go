@@ -417,6 +417,42 @@ func TestRenderAscendDriverPaths(t *testing.T) {
 	assert.Contains(t, volumes, map[string]any{"name": "npu-smi", "hostPath": map[string]any{"path": "/usr/local/sbin/npu-smi", "type": "File"}})
 }
 
+// TestRenderSimulate: plugins.<vendor>.simulate passes --simulate to the
+// plugin, and the Ascend and Cambricon plugins then mount none of the
+// host's vendor software (a node without accelerators has none); an
+// invalid preset name is refused by the schema.
+func TestRenderSimulate(t *testing.T) {
+	values, err := ParseValues([]byte("plugins:\n  nvidia:\n    simulate: nvidia-dgx-h100\n  ascend:\n    enabled: true\n    simulate: huawei-atlas-800t-a2\n  cambricon:\n    enabled: true\n    simulate: cambricon-mlu370-x8\n"))
+	require.NoError(t, err)
+	r, err := Render(DefaultRelease, values)
+	require.NoError(t, err)
+	objs := objects(t, r)
+	for ds, preset := range map[string]string{
+		"strata-nvidia-kubelet-plugin": "nvidia-dgx-h100", "strata-ascend-kubelet-plugin": "huawei-atlas-800t-a2", "strata-cambricon-kubelet-plugin": "cambricon-mlu370-x8",
+	} {
+		obj := find(objs, "DaemonSet", ds)
+		require.NotNil(t, obj, ds)
+		assert.Contains(t, containerArgs(t, obj), "--simulate="+preset, ds)
+		if ds == "strata-nvidia-kubelet-plugin" {
+			continue
+		}
+		volumes, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "volumes")
+		for _, v := range volumes {
+			name := v.(map[string]any)["name"]
+			assert.NotContains(t, []any{"driver-root", "npu-smi", "cnmon"}, name, "%s mounts the host's %s under simulate", ds, name)
+		}
+	}
+	def, err := Render(DefaultRelease, nil)
+	require.NoError(t, err)
+	for _, a := range containerArgs(t, find(objects(t, def), "DaemonSet", "strata-nvidia-kubelet-plugin")) {
+		assert.NotContains(t, a, "--simulate", "the default install simulates nothing")
+	}
+	bad, err := ParseValues([]byte("plugins:\n  nvidia:\n    simulate: DGX H100\n"))
+	require.NoError(t, err)
+	_, err = Render(DefaultRelease, bad)
+	require.ErrorContains(t, err, "simulate")
+}
+
 // cambriconPlugin checks what ci/cambricon-values.yaml installs beside the
 // defaults: the Cambricon plugin in the pod network with the host's cnmon
 // mounted at its host path, the sMLU memory unit, no --health-interval,
