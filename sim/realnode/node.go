@@ -126,15 +126,8 @@ func (n *Node) layout() error {
 	if sock := filepath.Join(n.Dir, kubeletDir, "plugins_registry", "cambricon.strata.sh-"+strings.Repeat("0", 32)+"-reg.sock"); len(sock) > maxSocketPath {
 		return fmt.Errorf("node folder %s is too long: kubelet plugin sockets such as %s would pass the %d bytes of a unix socket path", n.Dir, sock, maxSocketPath)
 	}
-	// A real node's root is a shared mount (systemd makes it so), and pods
-	// whose volumes ask for mount propagation (the NVIDIA plugin's driver
-	// root) need their host path on one: the node's folder is bind-mounted
-	// onto itself and made shared, as kubelet does with its root.
-	if err := unix.Mount(n.Dir, n.Dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("bind-mount the node folder: %w", err)
-	}
-	if err := unix.Mount("", n.Dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("make the node folder a shared mount: %w", err)
+	if err := n.mountShared(); err != nil {
+		return err
 	}
 	kc, err := n.kubeletConfig()
 	if err != nil {
@@ -151,6 +144,21 @@ func (n *Node) layout() error {
 		}
 	}
 	return makeCgroups(n.cgroupRoot())
+}
+
+// mountShared bind-mounts the node's folder onto itself and makes it
+// shared. A real node's root is a shared mount (systemd makes it so), and
+// pods whose volumes ask for mount propagation (the NVIDIA plugin's
+// driver root) need their host path on one; kubelet does the same with
+// its root.
+func (n *Node) mountShared() error {
+	if err := unix.Mount(n.Dir, n.Dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind-mount the node folder: %w", err)
+	}
+	if err := unix.Mount("", n.Dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make the node folder a shared mount: %w", err)
+	}
+	return nil
 }
 
 func (n *Node) startContainerd(ctx context.Context) error {
@@ -400,4 +408,42 @@ func (n *Node) ContainerLogs(namespace, prefix string) map[string]string {
 		out[f] = string(data)
 	}
 	return out
+}
+
+// Reboot plays a power cycle of the node: the kubelet, every container,
+// the shims and containerd stop at once; what lives in memory on a real
+// host goes (the runtime's state folder, the CDI specs of /var/run/cdi,
+// pod volume mounts, the cgroups); then hardware runs (the machine's own
+// reset: a new boot id, devices' state gone) and the node starts again
+// from its disk (kubelet's root, containerd's images and metadata, the
+// plugins' checkpoints), and Reboot returns once it is Ready.
+func (n *Node) Reboot(ctx context.Context, hardware func() error) error {
+	n.StopKubelet()
+	n.stopRuntime(ctx)
+	for _, d := range []string{stateDir, cdiDir} {
+		if err := os.RemoveAll(filepath.Join(n.Dir, d)); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if hardware != nil {
+		if err := hardware(); err != nil {
+			return fmt.Errorf("reset the node's hardware: %w", err)
+		}
+	}
+	if err := n.mountShared(); err != nil {
+		return err
+	}
+	if err := makeCgroups(n.cgroupRoot()); err != nil {
+		return err
+	}
+	if err := n.startContainerd(ctx); err != nil {
+		return err
+	}
+	if err := n.StartKubelet(ctx); err != nil {
+		return err
+	}
+	return n.WaitReady(ctx, 2*time.Minute)
 }

@@ -66,7 +66,8 @@ func ascendDaemonSet(t *testing.T, n *realnode.Node, hw *ascendMachine) *appsv1.
 			"npuSmi": hw.path("usr/local/bin/npu-smi"),
 			"dcmi":   hw.path("usr/local/dcmi"),
 		},
-		"extraArgs": []any{"--sysfs-root=" + hw.path(hardware.SysDir), "--proc-root=" + hw.path(hardware.ProcDir), "--dev-root=" + hw.root},
+		"extraArgs": []any{"--sysfs-root=" + hw.path(hardware.SysDir), "--proc-root=" + hw.path(hardware.ProcDir), "--dev-root=" + hw.root,
+			"--boot-id-path=" + hw.path(hardware.BootIDFile)},
 	}}})
 }
 
