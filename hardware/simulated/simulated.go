@@ -7,14 +7,17 @@
 // netlink. A platform team can try the whole chart on a cluster without
 // accelerators; every device the plugin publishes says it is simulated.
 //
-// What it does not model: the state of the simulated hardware (MIG
-// instances, vNPUs, sMLUs, MPS daemons, VF settings) lives in the plugin's
-// process and is lost when the plugin restarts, as if the devices had
-// been reset; opening a device node fails (no driver backs it); no
-// workload runs on a simulated device.
+// State: vNPUs and sMLUs (the npu-smi and cnmon fakes' state) are kept in
+// files beside the machine (package persist), so they survive plugin
+// restarts and are gone after the host reboots, as on real hardware. What
+// it does not model: NVML's MIG instances, MPS daemons and VF settings
+// live in the plugin's process and are lost when the plugin restarts, as
+// if the devices had been reset; opening a device node fails (no driver
+// backs it); no workload runs on a simulated device.
 package simulated
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -28,6 +31,7 @@ import (
 	"github.com/strata-sh/strata/hardware/linkmock"
 	"github.com/strata-sh/strata/hardware/npusmimock"
 	"github.com/strata-sh/strata/hardware/nvmlmock"
+	"github.com/strata-sh/strata/hardware/persist"
 )
 
 // Vendor is a device family a plugin drives.
@@ -68,17 +72,33 @@ type Machine struct {
 	NVML       *nvmlmock.Server
 	MPS        *nvmlmock.MPS
 	TimeSlices *nvmlmock.TimeSlices
-	NPUSMI     *npusmimock.NPUSMI
-	CNMON      *cnmonmock.CNMON
-	Links      *linkmock.Links
+	// NPUSMI and CNMON are the fakes of the vendor tools, their state
+	// kept in files below Root.
+	NPUSMI *persist.Tool
+	CNMON  *persist.Tool
+	Links  *linkmock.Links
 }
+
+// bootIDFile and the state files are below Root.
+const (
+	bootIDFile  = ".host-boot-id"
+	npusmiState = "npu-smi.state"
+	cnmonState  = "cnmon.state"
+)
 
 // New lays out preset under root for a plugin of vendor on node and makes
 // the fakes of that vendor. The preset must have the vendor's devices.
-func New(root, preset, node string, vendor Vendor) (*Machine, error) {
+// hostBootID is the host's boot id: a machine laid out in another boot is
+// laid out afresh, its devices' state gone as a reboot clears it.
+func New(root, preset, node string, vendor Vendor, hostBootID string) (*Machine, error) {
 	layout, err := hardware.Lookup(preset)
 	if err != nil {
 		return nil, err
+	}
+	if prev, err := os.ReadFile(filepath.Join(root, bootIDFile)); err != nil || strings.TrimSpace(string(prev)) != hostBootID {
+		if err := os.RemoveAll(root); err != nil {
+			return nil, err
+		}
 	}
 	m := &Machine{Root: root, Layout: layout}
 	switch vendor {
@@ -94,15 +114,9 @@ func New(root, preset, node string, vendor Vendor) (*Machine, error) {
 		if len(layout.NPUs()) == 0 {
 			return nil, fmt.Errorf("hardware preset %s has no Ascend NPUs", preset)
 		}
-		if m.NPUSMI, err = npusmimock.New(layout.NPUModel, len(layout.NPUs())); err != nil {
-			return nil, err
-		}
 	case Cambricon:
 		if len(layout.MLUs()) == 0 {
 			return nil, fmt.Errorf("hardware preset %s has no Cambricon MLUs", preset)
-		}
-		if m.CNMON, err = cnmonmock.New(len(layout.MLUs())); err != nil {
-			return nil, err
 		}
 	case RDMA:
 		if len(layout.RDMADevices()) == 0 {
@@ -112,16 +126,18 @@ func New(root, preset, node string, vendor Vendor) (*Machine, error) {
 	default:
 		return nil, fmt.Errorf("unknown vendor %q", vendor)
 	}
-	// A fresh tree each start: the fakes start from an idle machine.
-	if err := os.RemoveAll(root); err != nil {
-		return nil, err
-	}
 	bootID := uuid.NewSHA1(uuid.NameSpaceOID, []byte("simulated/"+node)).String()
 	if err := hardware.WriteNode(root, layout, bootID); err != nil {
 		return nil, fmt.Errorf("simulated machine %s: %w", preset, err)
 	}
 	if err := hardware.WriteDeviceNodes(root, layout); err != nil {
 		return nil, fmt.Errorf("simulated machine %s: %w", preset, err)
+	}
+	if err := os.WriteFile(filepath.Join(root, bootIDFile), []byte(hostBootID+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	if err := m.openTools(vendor); err != nil {
+		return nil, err
 	}
 	for _, p := range standIns[vendor] {
 		path := filepath.Join(root, p)
@@ -178,3 +194,35 @@ func RefuseRealHardware(host string, vendor Vendor) error {
 	return errors.New("--simulate: this node has real " + string(vendor) + " devices (" + strings.Join(found, ", ") +
 		"); refusing to publish simulated ones beside them: remove the simulate setting for this node")
 }
+
+// openTools makes the vendor tool's fake and replays its state.
+func (m *Machine) openTools(vendor Vendor) error {
+	ctx := context.Background()
+	switch vendor {
+	case Ascend:
+		smi, err := npusmimock.New(m.Layout.NPUModel, len(m.Layout.NPUs()))
+		if err != nil {
+			return err
+		}
+		// vNPUs are created and destroyed with "npu-smi set".
+		m.NPUSMI, err = persist.Open(ctx, m.Path(npusmiState), smi, func(args []string) bool { return len(args) > 0 && args[0] == "set" })
+		return err
+	case Cambricon:
+		c, err := cnmonmock.New(len(m.Layout.MLUs()))
+		if err != nil {
+			return err
+		}
+		c.PublishCapabilityNodes(m.DevCharDir(), hardware.CambriconCapMajor)
+		// sMLU mode is switched with "cnmon set", instances made and
+		// removed with "cnmon smlu".
+		m.CNMON, err = persist.Open(ctx, m.Path(cnmonState), c, func(args []string) bool {
+			return len(args) > 0 && (args[0] == "set" || args[0] == "smlu")
+		})
+		return err
+	}
+	return nil
+}
+
+// DevCharDir is the machine's /sys/dev/char, where sMLU capability nodes
+// are listed.
+func (m *Machine) DevCharDir() string { return m.Path(filepath.Join(hardware.SysDir, "dev", "char")) }

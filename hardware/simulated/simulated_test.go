@@ -1,6 +1,7 @@
 package simulated
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/hardware/npusmimock"
 )
 
 // TestNewLaysOutTheMachine: the preset's tree is on disk with real
@@ -18,7 +20,7 @@ func TestNewLaysOutTheMachine(t *testing.T) {
 		t.Skip("mknod needs root")
 	}
 	root := filepath.Join(t.TempDir(), "sim")
-	m, err := New(root, "nvidia-dgx-h100", "node-a", NVIDIA)
+	m, err := New(root, "nvidia-dgx-h100", "node-a", NVIDIA, "boot-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +52,7 @@ func TestNewRefusesAPresetWithoutTheVendorsDevices(t *testing.T) {
 		{"nvidia-dgx-h100", Cambricon, "no Cambricon MLUs"},
 		{"no-such-machine", NVIDIA, `unknown hardware preset "no-such-machine"`},
 	} {
-		_, err := New(t.TempDir(), tc.preset, "n", tc.vendor)
+		_, err := New(t.TempDir(), tc.preset, "n", tc.vendor, "boot-1")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s for %s: %v, want %q", tc.preset, tc.vendor, err, tc.want)
 		}
@@ -82,5 +84,38 @@ func TestRefuseRealHardware(t *testing.T) {
 	}
 	if err := RefuseRealHardware(host, Ascend); err != nil {
 		t.Errorf("NVIDIA devices refuse a simulated Ascend machine: %v", err)
+	}
+}
+
+// TestStateSurvivesRestartsNotReboots: a vNPU made on a simulated Atlas
+// is there when the plugin opens the machine again in the same boot, and
+// gone after the host rebooted.
+func TestStateSurvivesRestartsNotReboots(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mknod needs root")
+	}
+	root := filepath.Join(t.TempDir(), "sim")
+	ctx := context.Background()
+	m, err := New(root, "huawei-atlas-800t-a2", "node-a", Ascend, "boot-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.NPUSMI.Run(ctx, "set", "-t", "create-vnpu", "-i", "0", "-c", "0", "-f", "vir05_1c_16g", "-v", "100"); err != nil {
+		t.Fatal(err)
+	}
+	vnpus := func(m *Machine) []int { return m.NPUSMI.Runner.(*npusmimock.NPUSMI).VNPUs() }
+	again, err := New(root, "huawei-atlas-800t-a2", "node-a", Ascend, "boot-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := vnpus(again); len(got) != 1 || got[0] != 100 {
+		t.Errorf("after a restart the machine has vNPUs %v, want [100]", got)
+	}
+	rebooted, err := New(root, "huawei-atlas-800t-a2", "node-a", Ascend, "boot-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := vnpus(rebooted); len(got) != 0 {
+		t.Errorf("after a reboot the machine has vNPUs %v, want none", got)
 	}
 }

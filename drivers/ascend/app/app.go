@@ -119,7 +119,7 @@ func Run(ctx context.Context, o Options) error {
 		if err := simulated.RefuseRealHardware("/", simulated.Ascend); err != nil {
 			return err
 		}
-		m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.Ascend)
+		m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.Ascend, plugin.HostBootID(o.BootIDPath))
 		if err != nil {
 			return fmt.Errorf("--simulate: %w", err)
 		}

@@ -19,7 +19,6 @@ import (
 	"github.com/strata-sh/strata/drivers/cambricon"
 	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
 	"github.com/strata-sh/strata/drivers/plugin"
-	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/hardware/simulated"
 )
 
@@ -136,15 +135,14 @@ func Run(ctx context.Context, o Options) error {
 		if err := simulated.RefuseRealHardware("/", simulated.Cambricon); err != nil {
 			return err
 		}
-		m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.Cambricon)
+		m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.Cambricon, plugin.HostBootID(o.BootIDPath))
 		if err != nil {
 			return fmt.Errorf("--simulate: %w", err)
 		}
 		o.SysfsRoot, o.ProcRoot, o.DevRoot = m.SysfsRoot(), m.ProcRoot(), m.DevRoot()
 		o.CNMON = m.Path(simulated.CambriconCNMON)
 		// The sMLU capability nodes, listed as the kernel lists them.
-		o.DevCharDir = m.Path(filepath.Join(hardware.SysDir, "dev", "char"))
-		m.CNMON.PublishCapabilityNodes(o.DevCharDir, hardware.CambriconCapMajor)
+		o.DevCharDir = m.DevCharDir()
 		host.CNMON = m.CNMON
 	}
 	return plugin.Serve(ctx, o.Options, func(ctx context.Context, client kubernetes.Interface) (plugin.Stopper, error) {

@@ -197,7 +197,7 @@ func simulate(o Options) (Options, Host, error) {
 	if err := simulated.RefuseRealHardware("/", simulated.NVIDIA); err != nil {
 		return o, Host{}, err
 	}
-	m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.NVIDIA)
+	m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.NVIDIA, plugin.HostBootID(o.BootIDPath))
 	if err != nil {
 		return o, Host{}, fmt.Errorf("--simulate: %w", err)
 	}

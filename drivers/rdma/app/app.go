@@ -119,7 +119,7 @@ func Run(ctx context.Context, o Options) error {
 		if err := simulated.RefuseRealHardware("/", simulated.RDMA); err != nil {
 			return err
 		}
-		m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.RDMA)
+		m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.RDMA, plugin.HostBootID(o.BootIDPath))
 		if err != nil {
 			return fmt.Errorf("--simulate: %w", err)
 		}

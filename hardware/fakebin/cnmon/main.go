@@ -20,11 +20,12 @@ import (
 	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/hardware/cnmonmock"
 	"github.com/strata-sh/strata/hardware/fakebin/internal/faketool"
+	"github.com/strata-sh/strata/hardware/persist"
 )
 
 func main() {
 	faketool.Program{
-		New: func(s faketool.Settings) (faketool.Tool, error) {
+		New: func(s faketool.Settings) (persist.Runner, error) {
 			c, err := cnmonmock.New(s.Devices)
 			if err != nil {
 				return nil, err
@@ -44,7 +45,7 @@ func main() {
 // syncCapabilityNodes does udev's part: a node under /dev for every
 // capability the kernel lists in /sys/dev/char, and none for those it no
 // longer lists.
-func syncCapabilityNodes(s faketool.Settings, _ faketool.Tool) error {
+func syncCapabilityNodes(s faketool.Settings, _ persist.Runner) error {
 	listed := map[string]bool{}
 	var nodes []hardware.DeviceNode
 	entries, _ := os.ReadDir(s.DevChar)

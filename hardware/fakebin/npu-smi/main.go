@@ -21,11 +21,12 @@ import (
 	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/hardware/fakebin/internal/faketool"
 	"github.com/strata-sh/strata/hardware/npusmimock"
+	"github.com/strata-sh/strata/hardware/persist"
 )
 
 func main() {
 	faketool.Program{
-		New: func(s faketool.Settings) (faketool.Tool, error) { return npusmimock.New(s.Model, s.Devices) },
+		New: func(s faketool.Settings) (persist.Runner, error) { return npusmimock.New(s.Model, s.Devices) },
 		// vNPUs are created and destroyed with "npu-smi set -t ...".
 		Mutating: func(args []string) bool { return len(args) > 0 && args[0] == "set" },
 		Sync:     syncVNPUNodes,
@@ -34,7 +35,7 @@ func main() {
 
 // syncVNPUNodes makes the vdavinci node of every vNPU and removes those
 // of vNPUs that are gone.
-func syncVNPUNodes(s faketool.Settings, tool faketool.Tool) error {
+func syncVNPUNodes(s faketool.Settings, tool persist.Runner) error {
 	ids := tool.(*npusmimock.NPUSMI).VNPUs()
 	var nodes []hardware.DeviceNode
 	for _, id := range ids {

@@ -1,10 +1,9 @@
 // Package faketool is the body of the fake vendor programs in
 // hardware/fakebin: a fake of one server's tool (package npusmimock,
 // cnmonmock) answers each call, and the server's state is kept between
-// calls in a file, as the driver keeps it between runs of the real tool:
-// every command that may change the state and succeeded is replayed on
-// the next call. After a command the program updates the device nodes
-// the driver would have made or removed.
+// calls in a file (package persist), as the driver keeps it between runs
+// of the real tool. After a command that may change the state the program
+// updates the device nodes the driver would have made or removed.
 //
 // A program's settings are in the JSON file named by its path plus
 // ".json" (Settings).
@@ -13,14 +12,12 @@ package faketool
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/strata-sh/strata/drivers/vendortool"
+	"github.com/strata-sh/strata/hardware/persist"
 )
 
 // Settings describe the faked server.
@@ -38,20 +35,15 @@ type Settings struct {
 	DevChar string `json:"devChar,omitempty"`
 }
 
-// Tool is a fake tool.
-type Tool interface {
-	Run(ctx context.Context, args ...string) ([]byte, error)
-}
-
 // Program is one fake program.
 type Program struct {
 	// New makes the fake of a server in its initial state.
-	New func(Settings) (Tool, error)
+	New func(Settings) (persist.Runner, error)
 	// Mutating says whether a command may change the server's state.
 	Mutating func(args []string) bool
 	// Sync updates the device nodes to the server's state after a
-	// command that changed it.
-	Sync func(Settings, Tool) error
+	// command that may have changed it.
+	Sync func(Settings, persist.Runner) error
 }
 
 // Main runs the program on the process's arguments and exits with the
@@ -88,71 +80,24 @@ func (p Program) run(args []string) ([]byte, int, error) {
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		return nil, 0, err
 	}
-	tool, err := p.New(s)
-	if err != nil {
-		return nil, 0, err
-	}
-	history, err := readHistory(s.State)
+	fresh, err := p.New(s)
 	if err != nil {
 		return nil, 0, err
 	}
 	ctx := context.Background()
-	for _, h := range history {
-		if _, err := tool.Run(ctx, h...); err != nil {
-			return nil, 0, fmt.Errorf("replaying %v from %s: %w", h, s.State, err)
-		}
+	tool, err := persist.Open(ctx, s.State, fresh, p.Mutating)
+	if err != nil {
+		return nil, 0, err
 	}
 	out, err := tool.Run(ctx, args...)
-	if exit, ok := errors.AsType[*vendortool.ExitError](err); ok {
-		return out, exit.Code, nil
+	if code, ok := persist.IsExit(err); ok {
+		return out, code, nil
 	}
 	if err != nil {
 		return out, 0, err
 	}
-	if !p.Mutating(args) {
-		return out, 0, nil
-	}
-	if err := writeHistory(s.State, append(history, args)); err != nil {
-		return out, 0, err
-	}
-	if p.Sync != nil && s.DevRoot != "" {
-		return out, 0, p.Sync(s, tool)
+	if p.Mutating(args) && p.Sync != nil && s.DevRoot != "" {
+		return out, 0, p.Sync(s, fresh)
 	}
 	return out, 0, nil
-}
-
-func readHistory(path string) ([][]string, error) {
-	raw, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var h [][]string
-	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-		if line == "" {
-			continue
-		}
-		var args []string
-		if err := json.Unmarshal([]byte(line), &args); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		h = append(h, args)
-	}
-	return h, nil
-}
-
-func writeHistory(path string, h [][]string) error {
-	var b strings.Builder
-	for _, args := range h {
-		line, _ := json.Marshal(args)
-		b.Write(line)
-		b.WriteByte('\n')
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
