@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -127,12 +128,19 @@ func waitDevices(t *testing.T, e *env, node, driver string) {
 	}
 }
 
-// claimTemplate makes a ResourceClaimTemplate of one request.
-func claimTemplate(t *testing.T, e *env, name, class, cel string) {
+// claimTemplate makes a ResourceClaimTemplate of one request, asking for
+// capacity (a share of a device) if given.
+func claimTemplate(t *testing.T, e *env, name, class, cel string, capacity ...map[string]string) {
 	t.Helper()
 	req := resourcev1.ExactDeviceRequest{DeviceClassName: class}
 	if cel != "" {
 		req.Selectors = []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: cel}}}
+	}
+	for _, c := range capacity {
+		req.Capacity = &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{}}
+		for k, v := range c {
+			req.Capacity.Requests[resourcev1.QualifiedName(k)] = resource.MustParse(v)
+		}
 	}
 	tmpl := &resourcev1.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault},

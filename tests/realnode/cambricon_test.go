@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -130,5 +131,59 @@ func TestCambriconSMLUOnRealNode(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("after the pod went, the sMLU's node or the claim's CDI spec stayed: %s, %v", hostNode, specsOf(t, n.CDIDir(), claimUID))
+	}
+}
+
+// TestCambriconPluginRestartOnRealNode: the Cambricon plugin's process is
+// killed while a pod uses an sMLU; the kubelet restarts it. The pod keeps
+// its container and its sMLU's node; a new pod gets an sMLU of its own;
+// once both pods go, no sMLU, capability node, CDI spec or checkpoint
+// entry is left.
+func TestCambriconPluginRestartOnRealNode(t *testing.T) {
+	e, n, root := cambriconNode(t)
+	ctx := context.Background()
+	// A share of a card: 10 % of its time, 1 GiB.
+	claimTemplate(t, e, "smlu-restart", "cambricon-smlu.strata.sh", "", map[string]string{"vcore": "10", "vmemory": "1Gi"})
+	long := func(name string) (string, string) {
+		p := createPod(t, e, withClaim(shellPod(name, n.Name(), map[string]string{"main": mluScript}, "busybox"), "smlu-restart", "main"))
+		out := runningLog(t, e, p, "main", "seen", 3*time.Minute)
+		caps := regexp.MustCompile(`/dev/cambricon-caps/(cap_dev\d+_mi\d+)`).FindAllStringSubmatch(out, -1)
+		if len(caps) != 1 {
+			t.Fatalf("pod %s sees sMLU nodes %q, want one:\n%s", name, caps, out)
+		}
+		return podClaimUID(t, e, p), caps[0][1]
+	}
+	firstClaim, firstCap := long("smlu-before-restart")
+	mirror := "strata-cambricon-kubelet-plugin-" + n.Name()
+	before := restarts(t, e, "strata-system", mirror)
+	if killed, err := n.KillProcesses("cambricon-kubelet-plugin"); err != nil || killed != 1 {
+		t.Fatalf("killed %d plugin processes (%v), want 1", killed, err)
+	}
+	waitPod(t, e.client, "strata-system", mirror, 2*time.Minute, func(p *corev1.Pod) bool {
+		return restartCount(p) > before && p.Status.ContainerStatuses[0].State.Running != nil
+	})
+	secondClaim, secondCap := long("smlu-after-restart")
+	if secondCap == firstCap {
+		t.Errorf("both pods got sMLU node %s", firstCap)
+	}
+	if _, err := os.Stat(filepath.Join(root, "dev", "cambricon-caps", firstCap)); err != nil {
+		t.Errorf("the running pod's sMLU node went with the plugin restart: %v", err)
+	}
+	for _, name := range []string{"smlu-before-restart", "smlu-after-restart"} {
+		if err := e.client.CoreV1().Pods(metav1.NamespaceDefault).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkpoint := filepath.Join(n.KubeletDir(), "plugins", cambricon.DriverName, "checkpoint.json")
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		data, _ := os.ReadFile(checkpoint)
+		nodes, _ := filepath.Glob(filepath.Join(root, "dev", "cambricon-caps", "*"))
+		return len(nodes) == 0 && len(specsOf(t, n.CDIDir(), firstClaim)) == 0 && len(specsOf(t, n.CDIDir(), secondClaim)) == 0 &&
+			!strings.Contains(string(data), firstClaim) && !strings.Contains(string(data), secondClaim), nil
+	})
+	if err != nil {
+		data, _ := os.ReadFile(checkpoint)
+		nodes, _ := filepath.Glob(filepath.Join(root, "dev", "cambricon-caps", "*"))
+		t.Fatalf("after the pods went: sMLU nodes %v, checkpoint:\n%s", nodes, data)
 	}
 }
