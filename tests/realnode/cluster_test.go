@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,19 +18,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/strata-sh/strata/deployments/chart"
 	"github.com/strata-sh/strata/sim"
 	simcluster "github.com/strata-sh/strata/sim/cluster"
-	"github.com/strata-sh/strata/sim/controlplane"
 	"github.com/strata-sh/strata/sim/realnode"
-)
-
-// imageRegistry and imageTag name the images the suite assembles from
-// its own build; the chart is rendered with them and pullPolicy Never,
-// so a pod that names another image fails instead of reaching a registry.
-const (
-	imageRegistry = "strata.local"
-	imageTag      = "dev"
 )
 
 // pluginImages are the plugin binaries the suite builds into images.
@@ -164,7 +153,7 @@ func (e *env) build(ctx context.Context) error {
 	}
 	images := map[string]realnode.Image{"busybox": busybox}
 	for _, p := range pluginImages {
-		img, err := realnode.BinaryImage(p, filepath.Join(e.bin, p), imageRegistry+"/"+p+":"+imageTag)
+		img, err := realnode.BinaryImage(p, filepath.Join(e.bin, p), sim.ImageRegistry+"/"+p+":"+sim.ImageTag)
 		if err != nil {
 			return err
 		}
@@ -221,59 +210,18 @@ func (e *env) nodeByName(name string) *realnode.Node {
 }
 
 // pluginDaemonSet renders the chart's DaemonSet of a vendor's plugin for
-// node n: its kubelet and CDI folders, the images the suite built, and
-// values over them.
+// node n (sim.PluginDaemonSet), with values over the suite's.
 func pluginDaemonSet(t *testing.T, n *realnode.Node, vendor string, values map[string]any) *appsv1.DaemonSet {
 	t.Helper()
-	base := map[string]any{
-		"kubeletDir": n.KubeletDir(),
-		"cdiDir":     n.CDIDir(),
-		"image":      map[string]any{"registry": imageRegistry, "tag": imageTag, "pullPolicy": "Never"},
-		"plugins":    map[string]any{vendor: map[string]any{"enabled": true, "metricsPort": 0}},
-	}
-	r, err := chart.Render(chart.DefaultRelease, mergeValues(base, values))
+	ds, err := sim.PluginDaemonSet(n, vendor, values)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range r.Templates {
-		for _, doc := range strings.Split(string(m.Content), "\n---") {
-			if !strings.Contains(doc, "kind: DaemonSet") || !strings.Contains(doc, vendor+"-kubelet-plugin") {
-				continue
-			}
-			ds := &appsv1.DaemonSet{}
-			if err := yaml.Unmarshal([]byte(doc), ds); err != nil {
-				t.Fatal(err)
-			}
-			if ds.Kind == "DaemonSet" {
-				return ds
-			}
-		}
-	}
-	t.Fatalf("the chart renders no %s plugin DaemonSet", vendor)
-	return nil
+	return ds
 }
 
-// mergeValues merges b over a, maps recursively.
-func mergeValues(a, b map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, v := range a {
-		out[k] = v
-	}
-	for k, v := range b {
-		if bm, ok := v.(map[string]any); ok {
-			if am, ok := out[k].(map[string]any); ok {
-				out[k] = mergeValues(am, bm)
-				continue
-			}
-		}
-		out[k] = v
-	}
-	return out
-}
-
-// runPlugin runs the plugin of ds on n as a static pod, with the
-// identity its service account would have there and hostDirs (the fake
-// hardware) mounted at their paths, and waits for its mirror pod to run.
+// runPlugin runs the plugin of ds on n as a static pod named as the
+// DaemonSet, with hostDirs (the fake hardware) mounted at their paths.
 func (e *env) runPlugin(t *testing.T, n *realnode.Node, ds *appsv1.DaemonSet, hostDirs ...string) string {
 	t.Helper()
 	return e.runPluginAs(t, n, ds, ds.Name, hostDirs...)
@@ -284,34 +232,10 @@ func (e *env) runPlugin(t *testing.T, n *realnode.Node, ds *appsv1.DaemonSet, ho
 // maxSurge makes.
 func (e *env) runPluginAs(t *testing.T, n *realnode.Node, ds *appsv1.DaemonSet, name string, hostDirs ...string) string {
 	t.Helper()
-	ctx := context.Background()
-	node, err := e.client.CoreV1().Nodes().Get(ctx, n.Name(), metav1.GetOptions{})
+	mirror, err := e.sim.RunPlugin(context.Background(), n, ds, name, hostDirs...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := controlplane.ServiceAccount(ds.Namespace, ds.Spec.Template.Spec.ServiceAccountName).OnNode(n.Name(), string(node.UID))
-	kubeconfig := filepath.Join(n.Dir, ds.Spec.Template.Spec.ServiceAccountName+".kubeconfig")
-	if err := e.sim.ControlPlane.WriteKubeconfigAs(kubeconfig, id); err != nil {
-		t.Fatal(err)
-	}
-	pod := realnode.PluginPod(name, ds.Namespace, ds.Spec.Template, kubeconfig)
-	for i, d := range hostDirs {
-		name := fmt.Sprintf("hardware-%d", i)
-		pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: name, MountPath: d})
-		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: d}}})
-	}
-	if err := n.RunStaticPod(pod); err != nil {
-		t.Fatal(err)
-	}
-	mirror := pod.Name + "-" + n.Name()
-	waitPod(t, e.client, pod.Namespace, mirror, 2*time.Minute, func(p *corev1.Pod) bool {
-		for _, c := range p.Status.ContainerStatuses {
-			if c.Ready || c.State.Running != nil {
-				return true
-			}
-		}
-		return false
-	})
 	return mirror
 }
 

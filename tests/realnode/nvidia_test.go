@@ -33,15 +33,9 @@ func nvidiaNode(t *testing.T) (*env, *realnode.Node) {
 	e, n := realNode(t)
 	started := false
 	nvidiaOnce.Do(func() {
-		// The driver root the chart mounts: an empty folder, as on a node
-		// without the NVIDIA driver.
-		driverRoot := filepath.Join(n.Dir, "nvidia-driver")
-		if err := os.MkdirAll(driverRoot, 0o755); err != nil {
-			t.Fatal(err)
-		}
 		ds := pluginDaemonSet(t, n, "nvidia", map[string]any{"plugins": map[string]any{"nvidia": map[string]any{
 			"simulate": "nvidia-hgx-h100-cpu-nics",
-			"driver":   map[string]any{"root": driverRoot, "migMode": "dynamic"},
+			"driver":   map[string]any{"migMode": "dynamic"},
 		}}})
 		e.runPlugin(t, n, ds)
 		waitDevices(t, e, n.Name(), nvidia.DriverName)
