@@ -15,9 +15,11 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/sim/apply"
 	"github.com/strata-sh/strata/sim/realnode"
 )
@@ -238,4 +240,60 @@ func applyExample(t *testing.T, e *env, n *realnode.Node, file, script string) [
 		}
 	}
 	return pods
+}
+
+// TestNVIDIASimulateRefusedWhereGPUsAre: on a node whose plugin pod sees
+// an NVIDIA control device (a real one, as privileged pods see the host's
+// /dev), the plugin with the chart's simulate value refuses to start and
+// says why in its log, exiting with an error.
+func TestNVIDIASimulateRefusedWhereGPUsAre(t *testing.T) {
+	e, n := realNode(t)
+	ctx := context.Background()
+	// The node's "real" GPU: its control device, where the host's /dev
+	// would show it to the privileged plugin.
+	gpu := filepath.Join(n.Dir, "real-gpu")
+	if err := hardware.MakeDeviceNodes(gpu, []hardware.DeviceNode{{Path: "nvidiactl", Major: hardware.NvidiaMajor, Minor: 255}}); err != nil {
+		t.Fatal(err)
+	}
+	ds := pluginDaemonSet(t, n, "nvidia", map[string]any{"plugins": map[string]any{"nvidia": map[string]any{"simulate": "nvidia-dgx-h100"}}})
+	kubeconfig := filepath.Join(e.dir, "admin.kubeconfig")
+	pod := realnode.PluginPod("refused-nvidia-plugin", ds.Namespace, ds.Spec.Template, kubeconfig)
+	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "real-gpu", MountPath: "/dev/nvidiactl"})
+	charDev := corev1.HostPathCharDev
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "real-gpu", VolumeSource: corev1.VolumeSource{
+		HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(gpu, "dev", "nvidiactl"), Type: &charDev}}})
+	if err := n.RunStaticPod(pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.RemoveStaticPod(pod.Name) })
+	mirror := pod.Name + "-" + n.Name()
+	var log string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		raw, err := e.client.CoreV1().Pods(pod.Namespace).GetLogs(mirror, &corev1.PodLogOptions{Container: "plugin"}).DoRaw(ctx)
+		if err != nil {
+			return false, nil
+		}
+		log = string(raw)
+		return strings.Contains(log, "failed"), nil
+	})
+	if err != nil {
+		t.Fatalf("the plugin did not stop on a node with an NVIDIA device; its log:\n%s", log)
+	}
+	for _, want := range []string{"this node has real nvidia devices", "/dev/nvidiactl", "refusing to publish simulated ones"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the plugin's refusal lacks %q:\n%s", want, log)
+		}
+	}
+	// The container exits with an error, and the kubelet keeps restarting
+	// it: the operator sees a crash-looping plugin pod with the reason.
+	waitPod(t, e.client, pod.Namespace, mirror, 2*time.Minute, func(p *corev1.Pod) bool {
+		for _, c := range p.Status.ContainerStatuses {
+			for _, st := range []corev1.ContainerState{c.State, c.LastTerminationState} {
+				if st.Terminated != nil && st.Terminated.ExitCode == 1 {
+					return true
+				}
+			}
+		}
+		return false
+	})
 }
