@@ -127,7 +127,7 @@ func (s *Sim) startRealNodes(ctx context.Context, cfg Config) error {
 				if _, err := s.RunPlugin(ctx, n, ds, ds.Name); err != nil {
 					return err
 				}
-				if err := s.waitDevices(ctx, n.Name(), vendorDrivers[vendor], n); err != nil {
+				if err := s.WaitDevices(ctx, n, vendorDrivers[vendor]); err != nil {
 					return err
 				}
 			}
@@ -251,8 +251,10 @@ func (s *Sim) RunPlugin(ctx context.Context, n *realnode.Node, ds *appsv1.Daemon
 	return mirror, nil
 }
 
-// waitDevices waits for a driver's ResourceSlices of a node.
-func (s *Sim) waitDevices(ctx context.Context, node, driver string, n *realnode.Node) error {
+// WaitDevices waits for a driver's ResourceSlices of real node n; the
+// error carries the tail of the node's plugin logs.
+func (s *Sim) WaitDevices(ctx context.Context, n *realnode.Node, driver string) error {
+	node := n.Name()
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		slices, err := s.ControlPlane.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 		if err != nil {

@@ -163,10 +163,3 @@ func readBootID(path string) (string, error) {
 	}
 	return strings.TrimSpace(string(raw)), nil
 }
-
-// HostBootID returns the boot id in path ("" when it cannot be read): what
-// a plugin's simulated machine keys its devices' state by.
-func HostBootID(path string) string {
-	id, _ := readBootID(path)
-	return id
-}

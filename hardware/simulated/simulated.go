@@ -226,3 +226,19 @@ func (m *Machine) openTools(vendor Vendor) error {
 // DevCharDir is the machine's /sys/dev/char, where sMLU capability nodes
 // are listed.
 func (m *Machine) DevCharDir() string { return m.Path(filepath.Join(hardware.SysDir, "dev", "char")) }
+
+// ForPlugin is a plugin's --simulate: it refuses a host with the vendor's
+// real devices, then opens the simulated machine of preset in the
+// plugin's data folder, keyed by the host's boot id (read from
+// bootIDPath).
+func ForPlugin(pluginDataDir, preset, node, bootIDPath string, vendor Vendor) (*Machine, error) {
+	if err := RefuseRealHardware("/", vendor); err != nil {
+		return nil, err
+	}
+	bootID, _ := os.ReadFile(bootIDPath)
+	m, err := New(filepath.Join(pluginDataDir, "simulated"), preset, node, vendor, strings.TrimSpace(string(bootID)))
+	if err != nil {
+		return nil, fmt.Errorf("--simulate: %w", err)
+	}
+	return m, nil
+}

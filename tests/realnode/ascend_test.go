@@ -108,23 +108,8 @@ func writeAscendMachine(root, npuSMI string) (*ascendMachine, error) {
 // waitDevices waits for a driver's ResourceSlices of a node.
 func waitDevices(t *testing.T, e *env, node, driver string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		slices, err := e.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, s := range slices.Items {
-			if s.Spec.Driver == driver && s.Spec.NodeName != nil && *s.Spec.NodeName == node && len(s.Spec.Devices) > 0 {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		for f, log := range e.nodeByName(node).ContainerLogs("strata-system", "") {
-			t.Logf("%s:\n%s", f, log)
-		}
-		t.Fatalf("no %s devices published for node %s: %v", driver, node, err)
+	if err := e.sim.WaitDevices(context.Background(), e.nodeByName(node), driver); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"path/filepath"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -116,12 +115,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	host := Host{}
 	if o.Simulate != "" {
-		if err := simulated.RefuseRealHardware("/", simulated.Ascend); err != nil {
-			return err
-		}
-		m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.Ascend, plugin.HostBootID(o.BootIDPath))
+		m, err := simulated.ForPlugin(o.PluginDataDir, o.Simulate, o.NodeName, o.BootIDPath, simulated.Ascend)
 		if err != nil {
-			return fmt.Errorf("--simulate: %w", err)
+			return err
 		}
 		o.SysfsRoot, o.ProcRoot, o.DevRoot = m.SysfsRoot(), m.ProcRoot(), m.DevRoot()
 		o.NPUSMI, o.DriverRoot, o.DCMIDir = m.Path(simulated.AscendNPUSMI), m.Path(simulated.AscendDriverRoot), m.Path(simulated.AscendDCMI)

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
@@ -132,12 +131,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	host := Host{}
 	if o.Simulate != "" {
-		if err := simulated.RefuseRealHardware("/", simulated.Cambricon); err != nil {
-			return err
-		}
-		m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.Cambricon, plugin.HostBootID(o.BootIDPath))
+		m, err := simulated.ForPlugin(o.PluginDataDir, o.Simulate, o.NodeName, o.BootIDPath, simulated.Cambricon)
 		if err != nil {
-			return fmt.Errorf("--simulate: %w", err)
+			return err
 		}
 		o.SysfsRoot, o.ProcRoot, o.DevRoot = m.SysfsRoot(), m.ProcRoot(), m.DevRoot()
 		o.CNMON = m.Path(simulated.CambriconCNMON)

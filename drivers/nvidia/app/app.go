@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -194,12 +193,9 @@ func Run(ctx context.Context, o Options) error {
 // preset, in the plugin's data folder, and returns its NVML, MPS and
 // time-slice fakes; it refuses a node with real NVIDIA GPUs.
 func simulate(o Options) (Options, Host, error) {
-	if err := simulated.RefuseRealHardware("/", simulated.NVIDIA); err != nil {
-		return o, Host{}, err
-	}
-	m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.NVIDIA, plugin.HostBootID(o.BootIDPath))
+	m, err := simulated.ForPlugin(o.PluginDataDir, o.Simulate, o.NodeName, o.BootIDPath, simulated.NVIDIA)
 	if err != nil {
-		return o, Host{}, fmt.Errorf("--simulate: %w", err)
+		return o, Host{}, err
 	}
 	o.SysfsRoot, o.ProcRoot, o.DevRoot = m.SysfsRoot(), m.ProcRoot(), m.DevRoot()
 	o.FabricPartitionsFile = m.Path(hardware.FabricPartitionsFile)

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -116,12 +115,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	host := Host{}
 	if o.Simulate != "" {
-		if err := simulated.RefuseRealHardware("/", simulated.RDMA); err != nil {
-			return err
-		}
-		m, err := simulated.New(filepath.Join(o.PluginDataDir, "simulated"), o.Simulate, o.NodeName, simulated.RDMA, plugin.HostBootID(o.BootIDPath))
+		m, err := simulated.ForPlugin(o.PluginDataDir, o.Simulate, o.NodeName, o.BootIDPath, simulated.RDMA)
 		if err != nil {
-			return fmt.Errorf("--simulate: %w", err)
+			return err
 		}
 		o.SysfsRoot, o.DevRoot = m.SysfsRoot(), m.DevRoot()
 		host.Links = m.Links
