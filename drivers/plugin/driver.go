@@ -87,6 +87,37 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("%s directory is required", name))
 		}
 	}
+	if c.DriverName != "" && c.PluginDataDir != "" && c.RegistrarDir != "" {
+		errs = append(errs, c.checkSocketPaths())
+	}
+	return errors.Join(errs...)
+}
+
+// maxSocketPath is the longest path a unix socket can be bound to: the
+// 108 bytes of sun_path hold its terminating NUL too.
+const maxSocketPath = 107
+
+// checkSocketPaths refuses folders too long for the sockets the kubelet
+// plugin helper makes in them, naming the flag, before the helper fails
+// to bind with "invalid argument". The helper's own length check for the
+// registration socket of a rolling update counts 108 bytes as fitting
+// (dynamic-resource-allocation v0.37.2), so a path of exactly 108 bytes
+// is caught here.
+func (c *Config) checkSocketPaths() error {
+	uidPart, registration := "", c.DriverName+"-reg.sock"
+	if c.RollingUpdateUID != "" {
+		uidPart = "-" + string(c.RollingUpdateUID)
+		registration = kubeletplugin.RollingUpdateRegistrarSocketFile(c.RegistrarDir, c.DriverName, c.RollingUpdateUID)
+	}
+	var errs []error
+	for flag, sock := range map[string]string{
+		"--registrar-dir":   filepath.Join(c.RegistrarDir, registration),
+		"--plugin-data-dir": filepath.Join(c.PluginDataDir, "dra"+uidPart+".sock"),
+	} {
+		if len(sock) > maxSocketPath {
+			errs = append(errs, fmt.Errorf("%s: socket %s is %d bytes, more than the %d a unix socket path holds; use a shorter folder", flag, sock, len(sock), maxSocketPath))
+		}
+	}
 	return errors.Join(errs...)
 }
 
