@@ -58,8 +58,8 @@ e2e:
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./tests/... | grep -v /tests/realnode)
 
 ## realnode-tools: what real nodes run (hack/realnode/install.sh): Debian's
-## runc, busybox-static, umoci and CNI plugins, containerd and a kubelet
-## built once into a cache folder.
+## runc, busybox-static and CNI plugins, containerd and a kubelet built
+## once into a cache folder.
 realnode-tools:
 	bash hack/realnode/install.sh
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what real kubelet nodes need (sim/realnode, docs/real-nodes.md):
-# runc, busybox-static, umoci and the CNI plugins from Debian; containerd,
+# runc, busybox-static and the CNI plugins from Debian; containerd,
 # its runc shim and ctr from the Go module proxy; and a kubelet built from
 # k8s.io/kubernetes at the version Strata's go.mod pins. The Go-built
 # programs land in a cache folder named by their versions, so a second run
@@ -19,12 +19,12 @@ mkdir -p "$bin"
 
 log() { echo "realnode-tools: $*" >&2; }
 
-# Debian's packages: the OCI runtime, the image's userland and packer, and
-# the CNI plugins containerd needs to call its network ready.
+# Debian's packages: the OCI runtime, the images' userland, and the CNI
+# plugins containerd needs to call its network ready. (Images are packed
+# by sim/realnode itself.)
 need=()
 command -v runc >/dev/null || need+=(runc)
 [ -x /bin/busybox ] || need+=(busybox-static)
-command -v umoci >/dev/null || need+=(umoci)
 [ -x /usr/lib/cni/loopback ] || need+=(containernetworking-plugins)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
