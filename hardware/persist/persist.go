@@ -13,8 +13,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-
-	"github.com/strata-sh/strata/drivers/vendortool"
 )
 
 // Runner is a fake tool.
@@ -63,10 +61,12 @@ func (t *Tool) Run(ctx context.Context, args ...string) ([]byte, error) {
 	return out, nil
 }
 
-// IsExit reports the tool's exit status if err is one.
+// IsExit reports the tool's exit status if err is one: any error with
+// an ExitCode method, as a fake's refusal and exec's exit errors have.
 func IsExit(err error) (int, bool) {
-	if exit, ok := errors.AsType[*vendortool.ExitError](err); ok {
-		return exit.Code, true
+	var exit interface{ ExitCode() int }
+	if errors.As(err, &exit) {
+		return exit.ExitCode(), true
 	}
 	return 0, false
 }
