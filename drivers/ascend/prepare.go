@@ -134,7 +134,7 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 			err := fmt.Errorf("device %s is not an NPU of this node", a.Device)
 			return nil, errors.Join(err, b.unprepareLocked(ctx, claim, resp.Devices))
 		}
-		out := plugin.PreparedDevice{Request: a.Request, Pool: a.Pool, Device: a.Device, ShareID: a.ShareID}
+		out := a.Prepared()
 		switch d.kind {
 		case kindNPU:
 			out.Edits.DeviceNodes = []*cdispec.DeviceNode{b.node(fmt.Sprintf("davinci%d", d.npu.PhyID), b.major.davinci, int64(d.npu.PhyID))}

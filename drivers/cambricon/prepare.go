@@ -152,7 +152,7 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 		if err != nil {
 			return fail(err)
 		}
-		out := plugin.PreparedDevice{Request: a.Request, Pool: a.Pool, Device: a.Device, ShareID: a.ShareID}
+		out := a.Prepared()
 		out.Edits.DeviceNodes = b.cardNodes(c)
 		v := visible{card: c.Index}
 		if !s.whole(c) {

@@ -340,7 +340,7 @@ var (
 )
 
 func (b *Backend) prepareDevice(ctx context.Context, claim plugin.ClaimRef, a plugin.AllocatedDevice) (plugin.PreparedDevice, error) {
-	out := plugin.PreparedDevice{Request: a.Request, Pool: a.Pool, Device: a.Device, ShareID: a.ShareID}
+	out := a.Prepared()
 	d, ok := b.devices[a.Device]
 	if !ok {
 		return out, errNotOnNode

@@ -70,6 +70,10 @@ type AllocatedDevice struct {
 	ShareID *types.UID
 	// ConsumedCapacity is what the claim consumes of a shared device.
 	ConsumedCapacity map[resourceapi.QualifiedName]string
+	// AdminAccess is set for a result allocated with admin access: the
+	// device is reached for monitoring or maintenance and consumed by
+	// nobody.
+	AdminAccess bool
 	// Config is the device's effective opaque configuration, as the
 	// backend's ConfigHandler made it from the configs that apply (nil for
 	// a backend that is not Configurable).
@@ -102,7 +106,22 @@ type PreparedDevice struct {
 	// State is backend-private data needed to undo the prepare, such as
 	// the id of a partition created for the claim.
 	State json.RawMessage `json:"state,omitempty"`
+	// ConsumedCapacity and AdminAccess are the allocation's, recorded by
+	// the plugin core (whatever the backend returns) so that the next
+	// prepare can count what this claim holds.
+	ConsumedCapacity map[resourceapi.QualifiedName]string `json:"consumedCapacity,omitempty"`
+	AdminAccess      bool                                 `json:"adminAccess,omitempty"`
 }
+
+// Prepared returns the checkpoint record of an allocated device, for a
+// backend to fill in its edits and state.
+func (a AllocatedDevice) Prepared() PreparedDevice {
+	return PreparedDevice{Request: a.Request, Pool: a.Pool, Device: a.Device, ShareID: a.ShareID,
+		ConsumedCapacity: a.ConsumedCapacity, AdminAccess: a.AdminAccess}
+}
+
+// String is the claim's namespace/name.
+func (r ClaimRef) String() string { return r.Namespace + "/" + r.Name }
 
 // Reconciler is implemented by backends that hold hardware state outside
 // the checkpoint (partitions, daemons). After start-up recovery the plugin

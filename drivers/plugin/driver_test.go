@@ -33,6 +33,7 @@ const testDriver = "gpu.example.com"
 // beforePrepare, if set, runs first in Prepare.
 type fakeBackend struct {
 	devices       []resourceapi.Device
+	counters      []resourceapi.CounterSet
 	failPrepare   error
 	prepared      map[types.UID][]string
 	unprepared    []types.UID
@@ -42,7 +43,7 @@ type fakeBackend struct {
 }
 
 func (b *fakeBackend) Discover(context.Context) (*Inventory, error) {
-	return &Inventory{Devices: b.devices}, nil
+	return &Inventory{Devices: b.devices, SharedCounters: b.counters}, nil
 }
 
 func (b *fakeBackend) Prepare(_ context.Context, req *PrepareRequest) (*PrepareResponse, error) {
@@ -83,13 +84,19 @@ func (b *fakeBackend) Unprepare(_ context.Context, claim ClaimRef, devices []Pre
 // services and slice publishing.
 func newTestDriver(t *testing.T, dir string, backend *fakeBackend, bootID string) *Driver {
 	t.Helper()
+	return newTestDriverOn(t, t.Name(), dir, backend, bootID)
+}
+
+// newTestDriverOn is newTestDriver on the named node.
+func newTestDriverOn(t *testing.T, node, dir string, backend *fakeBackend, bootID string) *Driver {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	bootPath := filepath.Join(dir, "boot_id")
 	if err := os.WriteFile(bootPath, []byte(bootID+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	register()
-	d, err := newDriver(Config{DriverName: testDriver, NodeName: t.Name(), Backend: backend,
+	d, err := newDriver(Config{DriverName: testDriver, NodeName: node, Backend: backend,
 		PluginDataDir: dir, CDIDir: filepath.Join(dir, "cdi"), BootIDPath: bootPath})
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,13 @@ var (
 		Help:           "Failed prepare and unprepare operations, by driver and operation.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"driver", "operation"})
+	overCommitRefused = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      "strata",
+		Subsystem:      "kubelet_plugin",
+		Name:           "overcommit_refused_total",
+		Help:           "Prepares refused because the claim's devices, with every claim prepared on the node, would be more than the node has, by driver.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"driver"})
 	publishedDevices = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace:      "strata",
 		Subsystem:      "kubelet_plugin",
@@ -55,7 +62,7 @@ var registerMetrics sync.Once
 
 func register() {
 	registerMetrics.Do(func() {
-		legacyregistry.MustRegister(prepareDuration, unprepareDuration, operationErrors, publishedDevices, deviceUse)
+		legacyregistry.MustRegister(prepareDuration, unprepareDuration, operationErrors, overCommitRefused, publishedDevices, deviceUse)
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -92,7 +93,12 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 	if err != nil {
 		return nil, err
 	}
-	if err := d.checkConflicts(claim, allocated); err != nil {
+	if err := d.admitLocked(claim, allocated); err != nil {
+		var oc *OverCommitError
+		if errors.As(err, &oc) {
+			d.recorder.Event(claim, corev1.EventTypeWarning, OverCommitReason, err.Error())
+			overCommitRefused.WithLabelValues(d.cfg.DriverName).Inc()
+		}
 		return nil, err
 	}
 	if v, ok := d.cfg.Backend.(Validator); ok {
@@ -104,7 +110,7 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 	ref := ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
 	st := &ClaimState{ClaimRef: ref, Phase: PhasePrepareStarted}
 	for _, a := range allocated {
-		st.Devices = append(st.Devices, PreparedDevice{Request: a.Request, Pool: a.Pool, Device: a.Device, ShareID: a.ShareID})
+		st.Devices = append(st.Devices, a.Prepared())
 	}
 	d.state.Claims[claim.UID] = st
 	if err := d.store.save(d.state); err != nil {
@@ -118,7 +124,7 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 		st.Devices = resp.Devices
 	}
 	if err == nil {
-		st.Devices = resp.Devices
+		st.Devices = withAllocation(resp.Devices, allocated)
 		err = d.writeSpec(claim.UID, resp)
 	}
 	if err == nil {
@@ -202,7 +208,8 @@ func (d *Driver) allocatedDevices(claim *resourceapi.ResourceClaim) ([]Allocated
 		if r.Driver != d.cfg.DriverName {
 			continue
 		}
-		a := AllocatedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device, ShareID: r.ShareID}
+		a := AllocatedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device, ShareID: r.ShareID,
+			AdminAccess: r.AdminAccess != nil && *r.AdminAccess}
 		if len(r.ConsumedCapacity) > 0 {
 			a.ConsumedCapacity = make(map[resourceapi.QualifiedName]string, len(r.ConsumedCapacity))
 			for name, q := range r.ConsumedCapacity {
@@ -230,30 +237,25 @@ func requestMatches(configRequest, resultRequest string) bool {
 	return found && parent == configRequest
 }
 
-// checkConflicts is the last line of defence against a double allocation:
-// a device that does not allow multiple allocations may be prepared for one
-// claim at a time.
-func (d *Driver) checkConflicts(claim *resourceapi.ResourceClaim, allocated []AllocatedDevice) error {
-	shared := map[string]bool{}
-	for _, dev := range d.inventory.Devices {
-		if dev.AllowMultipleAllocations != nil && *dev.AllowMultipleAllocations {
-			shared[dev.Name] = true
-		}
-	}
-	for _, a := range allocated {
-		if shared[a.Device] {
-			continue
-		}
-		for uid, other := range d.state.Claims {
-			if uid == claim.UID {
-				continue
-			}
-			for _, p := range other.Devices {
-				if p.Pool == a.Pool && p.Device == a.Device {
-					return fmt.Errorf("device %s/%s is already prepared for claim %s/%s", a.Pool, a.Device, other.Namespace, other.Name)
-				}
+// withAllocation records in each prepared device the allocation's share
+// ID, consumed capacity and admin access, whatever the backend returned:
+// the next prepare counts what this claim holds from them.
+func withAllocation(prepared []PreparedDevice, allocated []AllocatedDevice) []PreparedDevice {
+	used := make([]bool, len(allocated))
+	for i := range prepared {
+		p := &prepared[i]
+		for j, a := range allocated {
+			if !used[j] && a.Request == p.Request && a.Pool == p.Pool && a.Device == p.Device &&
+				(p.ShareID == nil || sameShare(a.ShareID, p.ShareID)) {
+				used[j] = true
+				p.ShareID, p.ConsumedCapacity, p.AdminAccess = a.ShareID, a.ConsumedCapacity, a.AdminAccess
+				break
 			}
 		}
 	}
-	return nil
+	return prepared
+}
+
+func sameShare(a, b *types.UID) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
 }

@@ -188,7 +188,7 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 }
 
 func (b *Backend) prepareDevice(ctx context.Context, a plugin.AllocatedDevice, p *port, vf *configv1alpha1.VFConfig) (plugin.PreparedDevice, error) {
-	d := plugin.PreparedDevice{Request: a.Request, Pool: a.Pool, Device: a.Device, ShareID: a.ShareID}
+	d := a.Prepared()
 	d.Edits.DeviceNodes = append(d.Edits.DeviceNodes, b.node(fmt.Sprintf("uverbs%d", p.verbsIndex), p.verbs))
 	if p.umad.valid() {
 		d.Edits.DeviceNodes = append(d.Edits.DeviceNodes, b.node(fmt.Sprintf("umad%d", p.umadIndex), p.umad))

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/strata-sh/strata/cdi"
 	"github.com/strata-sh/strata/drivers/nvidia"
@@ -152,6 +154,10 @@ func nvidiaClaim(uid, name, device, config string) *resourceapi.ResourceClaim {
 		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
 			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: nvidia.DriverName, Pool: "node-a", Device: device}},
 		}}},
+	}
+	if !strings.Contains(device, "-mig-") {
+		// Whole GPUs allow multiple allocations: every result has a share.
+		c.Status.Allocation.Devices.Results[0].ShareID = ptr.To(types.UID("share-" + uid))
 	}
 	if config != "" {
 		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{
