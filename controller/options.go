@@ -21,6 +21,7 @@ const (
 	DefaultWebhookService          = "strata-controller-webhook"
 	DefaultWebhookSecret           = "strata-controller-webhook-cert"
 	DefaultWebhookConfig           = "strata-validation"
+	DefaultRoutingConfig           = "strata-routing"
 )
 
 // Options of the controller manager. The zero value runs the controllers
@@ -65,6 +66,13 @@ type WebhookOptions struct {
 	SecretName string
 	// ConfigName is the ValidatingWebhookConfiguration to give the CA.
 	ConfigName string
+	// RouteToScheduler, when set, serves the pod routing webhook
+	// (admission.Router): pods that may get Strata's devices are given
+	// this scheduler, strata-scheduler's name.
+	RouteToScheduler string
+	// RoutingConfigName is the MutatingWebhookConfiguration of the pod
+	// routing webhook, given the CA when certificates are managed.
+	RoutingConfigName string
 }
 
 // NewOptions returns the defaults of the command line: leader election
@@ -89,6 +97,7 @@ func NewOptions() Options {
 			ServiceName:        DefaultWebhookService,
 			SecretName:         DefaultWebhookSecret,
 			ConfigName:         DefaultWebhookConfig,
+			RoutingConfigName:  DefaultRoutingConfig,
 		},
 	}
 }
@@ -107,6 +116,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Webhook.ServiceName, "webhook-service", o.Webhook.ServiceName, "Service of the webhook; the certificate is for <service>.<namespace>.svc")
 	fs.StringVar(&o.Webhook.SecretName, "webhook-secret", o.Webhook.SecretName, "Secret in --namespace that holds the webhook's certificates")
 	fs.StringVar(&o.Webhook.ConfigName, "webhook-config", o.Webhook.ConfigName, "ValidatingWebhookConfiguration that gets the CA")
+	fs.StringVar(&o.Webhook.RouteToScheduler, "route-pods-to-scheduler", o.Webhook.RouteToScheduler, "serve the pod routing webhook: pods that may get devices of Strata's drivers are given this scheduler (strata-scheduler's name); empty serves none")
+	fs.StringVar(&o.Webhook.RoutingConfigName, "routing-webhook-config", o.Webhook.RoutingConfigName, "MutatingWebhookConfiguration of the pod routing webhook, which gets the CA")
 	fs.StringVar(&o.Webhook.Namespace, "namespace", o.Webhook.Namespace, "strata-controller's namespace, of the webhook's Service and Secret (default $POD_NAMESPACE)")
 }
 
@@ -156,6 +167,18 @@ func (o *Options) Validate() error {
 				} else if msgs := n.check(n.name); len(msgs) > 0 {
 					bad(n.flag, "%q is not a valid name: %s", n.name, strings.Join(msgs, "; "))
 				}
+			}
+		}
+	}
+	if w.RouteToScheduler != "" {
+		if msgs := validation.IsDNS1123Subdomain(w.RouteToScheduler); len(msgs) > 0 {
+			bad("route-pods-to-scheduler", "%q is not a scheduler name: %s", w.RouteToScheduler, strings.Join(msgs, "; "))
+		}
+		if w.Port > 0 && w.ManageCertificates {
+			if w.RoutingConfigName == "" {
+				bad("routing-webhook-config", "required to manage the routing webhook's certificates")
+			} else if msgs := validation.IsDNS1123Subdomain(w.RoutingConfigName); len(msgs) > 0 {
+				bad("routing-webhook-config", "%q is not a valid name: %s", w.RoutingConfigName, strings.Join(msgs, "; "))
 			}
 		}
 	}

@@ -85,13 +85,17 @@ func webhookCache(o WebhookOptions) cache.Options {
 	if o.Port == 0 || !o.ManageCertificates {
 		return cache.Options{}
 	}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+	byObject := map[client.Object]cache.ByObject{
 		&corev1.Secret{}: {
 			Namespaces: map[string]cache.Config{o.Namespace: {}},
 			Field:      fields.OneTermEqualSelector("metadata.name", o.SecretName),
 		},
 		&admissionregistrationv1.ValidatingWebhookConfiguration{}: {Field: fields.OneTermEqualSelector("metadata.name", o.ConfigName)},
-	}}
+	}
+	if o.RouteToScheduler != "" {
+		byObject[&admissionregistrationv1.MutatingWebhookConfiguration{}] = cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", o.RoutingConfigName)}
+	}
+	return cache.Options{ByObject: byObject}
 }
 
 // setupWebhook adds the webhook server to mgr and a readiness check that
@@ -105,7 +109,14 @@ func setupWebhook(mgr ctrl.Manager, o WebhookOptions, ready chan struct{}) error
 		return nil
 	}
 	srv := mgr.GetWebhookServer() // adds it to the manager
+	if o.RouteToScheduler != "" {
+		(&admission.Router{Reader: mgr.GetAPIReader(), Scheduler: o.RouteToScheduler}).Register(srv)
+	}
 	if o.ManageCertificates {
+		webhooks := []rotator.WebhookInfo{{Name: o.ConfigName, Type: rotator.Validating}}
+		if o.RouteToScheduler != "" {
+			webhooks = append(webhooks, rotator.WebhookInfo{Name: o.RoutingConfigName, Type: rotator.Mutating})
+		}
 		err := rotator.AddRotator(mgr, &rotator.CertRotator{
 			ControllerName: rotatorName(),
 			SecretKey:      types.NamespacedName{Namespace: o.Namespace, Name: o.SecretName},
@@ -114,7 +125,7 @@ func setupWebhook(mgr ctrl.Manager, o WebhookOptions, ready chan struct{}) error
 			CAOrganization: caOrganization,
 			DNSName:        fmt.Sprintf("%s.%s.svc", o.ServiceName, o.Namespace),
 			IsReady:        ready,
-			Webhooks:       []rotator.WebhookInfo{{Name: o.ConfigName, Type: rotator.Validating}},
+			Webhooks:       webhooks,
 			// Every replica serves the webhook, so every replica needs
 			// the certificates, leader or not.
 			RequireLeaderElection: false,

@@ -46,13 +46,17 @@ type installation struct {
 // webhookFlags are the chart's strata-controller webhook flags.
 type webhookFlags struct {
 	namespace, service, secret, config string
+	// routeTo and routingConfig are the pod routing webhook's.
+	routeTo, routingConfig string
 }
 
 // newInstallation renders the chart for release with values.
-func newInstallation(release chart.Release, values map[string]any) (*installation, error) {
-	// The simulated cluster has no kube-scheduler: strata-scheduler also
+func newInstallation(release chart.Release, values map[string]any, kubeScheduler bool) (*installation, error) {
+	// Unless the cluster runs kube-scheduler too, strata-scheduler also
 	// serves pods that name no scheduler, unless the values say otherwise.
-	values = loader.MergeMaps(map[string]any{"scheduler": map[string]any{"replaceDefaultScheduler": true}}, values)
+	if !kubeScheduler {
+		values = loader.MergeMaps(map[string]any{"scheduler": map[string]any{"replaceDefaultScheduler": true}}, values)
+	}
 	r, err := chart.Render(release, values)
 	if err != nil {
 		return nil, err
@@ -116,7 +120,8 @@ func (in *installation) component(o apply.Object) error {
 	case component == "controller":
 		in.controller = &id
 		if port, _ := strconv.Atoi(flags["webhook-port"]); port > 0 {
-			in.webhook = &webhookFlags{namespace: flags["namespace"], service: flags["webhook-service"], secret: flags["webhook-secret"], config: flags["webhook-config"]}
+			in.webhook = &webhookFlags{namespace: flags["namespace"], service: flags["webhook-service"], secret: flags["webhook-secret"], config: flags["webhook-config"],
+				routeTo: flags["route-pods-to-scheduler"], routingConfig: flags["routing-webhook-config"]}
 		}
 	case strings.HasSuffix(component, "-kubelet-plugin"):
 		dir := flags["plugin-data-dir"]

@@ -159,7 +159,7 @@ func Start(ctx context.Context, cfg Config) (_ *Sim, finalErr error) {
 	for _, vendor := range cfg.Cluster.ChartPlugins() {
 		values = loader.MergeMaps(map[string]any{"plugins": map[string]any{vendor: map[string]any{"enabled": true}}}, values)
 	}
-	if s.install, err = newInstallation(chart.DefaultRelease, values); err != nil {
+	if s.install, err = newInstallation(chart.DefaultRelease, values, cpOpts.KubeScheduler); err != nil {
 		return nil, fmt.Errorf("install Strata: %w", err)
 	}
 	if cpOpts.SchedulerConfig == nil {
@@ -321,6 +321,7 @@ func (s *Sim) startController(ctx context.Context) error {
 		o.Webhook = controller.WebhookOptions{
 			Port: port, Host: "127.0.0.1", CertDir: filepath.Join(s.ControlPlane.Dir, "webhook-certs"),
 			ManageCertificates: true, Namespace: wh.namespace, ServiceName: wh.service, SecretName: wh.secret, ConfigName: wh.config,
+			RouteToScheduler: wh.routeTo, RoutingConfigName: wh.routingConfig,
 		}
 		unroute = controlplane.RouteService(wh.namespace, wh.service, 443, &url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))})
 	}

@@ -83,14 +83,15 @@ func TestRenderDefaults(t *testing.T) {
 	assert.Equal(t, 4, got["DeviceClass"], "accelerator plus the three NVIDIA classes")
 	assert.Equal(t, 2, got["Deployment"], "scheduler and controller")
 	assert.Equal(t, 1, got["DaemonSet"], "the NVIDIA plugin")
-	assert.Equal(t, 2, got["ValidatingAdmissionPolicy"])
-	assert.Equal(t, 2, got["ValidatingAdmissionPolicyBinding"])
+	assert.Equal(t, 3, got["ValidatingAdmissionPolicy"], "node-restricted slices, gang annotations, single allocator")
+	assert.Equal(t, 3, got["ValidatingAdmissionPolicyBinding"])
 	assert.Equal(t, 1, got["ValidatingWebhookConfiguration"])
+	assert.Equal(t, 1, got["MutatingWebhookConfiguration"], "pod routing")
 	assert.Equal(t, 3, got["ServiceAccount"])
 	assert.Equal(t, 2, got["FlowSchema"], "components at workload-high, plugins at system")
 
 	for _, o := range objs {
-		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "DeviceClass" || o.GetKind() == "FlowSchema" || strings.HasPrefix(o.GetKind(), "Cluster") || strings.HasPrefix(o.GetKind(), "Validating") {
+		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "DeviceClass" || o.GetKind() == "FlowSchema" || strings.HasPrefix(o.GetKind(), "Cluster") || strings.HasPrefix(o.GetKind(), "Validating") || strings.HasPrefix(o.GetKind(), "Mutating") {
 			continue
 		}
 		if o.GetName() == "strata-scheduler-authentication-reader" {
@@ -167,6 +168,24 @@ func TestRenderDefaults(t *testing.T) {
 	assert.NotContains(t, string(raw), `rdma`)
 	assert.NotContains(t, string(raw), `ascend`)
 	assert.NotContains(t, string(raw), `cambricon`)
+
+	// One scheduler allocates Strata's devices: the policy lets only
+	// strata-scheduler's service account, and the routing webhook sends
+	// pods with claims or nvidia.com/gpu to it.
+	vap = find(objs, "ValidatingAdmissionPolicy", "strata-single-allocator")
+	require.NotNil(t, vap)
+	raw, err = yaml.Marshal(vap.Object)
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), `request.userInfo.username in ["system:serviceaccount:strata-system:strata-scheduler"]`)
+	routing := find(objs, "MutatingWebhookConfiguration", "strata-routing")
+	require.NotNil(t, routing)
+	raw, err = yaml.Marshal(routing.Object)
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), `r in ["nvidia.com/gpu"]`)
+	assert.Contains(t, string(raw), `!= 'strata-scheduler'`)
+	controllerArgs := containerArgs(t, find(objs, "Deployment", "strata-controller"))
+	assert.Contains(t, controllerArgs, "--route-pods-to-scheduler=strata-scheduler")
+	assert.Contains(t, controllerArgs, "--routing-webhook-config=strata-routing")
 }
 
 // containerArgs returns the args of a DaemonSet's only container.

@@ -45,6 +45,11 @@ type Options struct {
 	// NoScheduler leaves the scheduler out, for tests that drive
 	// allocation themselves.
 	NoScheduler bool
+	// KubeScheduler also runs upstream kube-scheduler, as a cluster does
+	// beside strata-scheduler: the default profile only (no Strata
+	// plugin), serving pods that name no scheduler (default-scheduler),
+	// as the user system:kube-scheduler with its bootstrap RBAC.
+	KubeScheduler bool
 	// Bootstrap runs once the API server is up and before controllers and
 	// the scheduler start, to create what they need (CRDs).
 	Bootstrap func(ctx context.Context, config *restclient.Config) error
@@ -142,8 +147,39 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, finalErr error) 
 			return nil, err
 		}
 	}
+	if opts.KubeScheduler {
+		if err := cp.startKubeScheduler(ctx); err != nil {
+			return nil, err
+		}
+	}
 	logger.V(1).Info("Control plane ready", "host", cp.Config.Host, "dir", cp.Dir)
 	return cp, nil
+}
+
+// KubeSchedulerUser is who the upstream kube-scheduler of
+// Options.KubeScheduler runs as.
+const KubeSchedulerUser = "system:kube-scheduler"
+
+// kubeSchedulerConfig is kube-scheduler's configuration with every
+// default: one profile, default-scheduler.
+const kubeSchedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+`
+
+func (cp *ControlPlane) startKubeScheduler(ctx context.Context) error {
+	dir := filepath.Join(cp.Dir, "kube-scheduler")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cp.writeKubeconfig(kubeconfig, &Identity{User: KubeSchedulerUser, Groups: []string{"system:authenticated"}}); err != nil {
+		return err
+	}
+	ctx = klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), "kube"))
+	_, err := startScheduler(ctx, dir, kubeconfig, []byte(kubeSchedulerConfig), runtime.Registry{})
+	return err
 }
 
 // RestartScheduler stops the scheduler, as a crash or a new leader would,

@@ -42,6 +42,31 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "strata.webhookService" -}}{{ include "strata.fullname" . }}-controller-webhook{{- end -}}
 {{- define "strata.webhookSecret" -}}{{ include "strata.fullname" . }}-controller-webhook-cert{{- end -}}
 {{- define "strata.webhookConfig" -}}{{ include "strata.fullname" . }}-validation{{- end -}}
+{{- define "strata.routingConfig" -}}{{ include "strata.fullname" . }}-routing{{- end -}}
+
+{{/* Whether strata-controller routes pods that may use Strata's devices
+to strata-scheduler: "true" or "". Not when strata-scheduler replaces the
+default scheduler: pods that name none are its own then. */}}
+{{- define "strata.routePods" -}}
+{{- if and .Values.controller.enabled .Values.controller.webhook.enabled .Values.controller.webhook.routePods.enabled .Values.scheduler.enabled (not .Values.scheduler.replaceDefaultScheduler) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Extended resources that Strata's DeviceClasses map (the installed
+classes' extendedResourceName) and those the values add, as a JSON list. */}}
+{{- define "strata.mappedExtendedResources" -}}
+{{- $names := .Values.controller.webhook.routePods.extendedResources -}}
+{{- range $vendor, $p := .Values.plugins }}
+{{- if and $p.enabled $p.deviceClasses }}
+{{- range $path, $_ := $.Files.Glob (printf "files/deviceclasses/%s-*.yaml" $vendor) }}
+{{- $class := $.Files.Get $path | fromYaml }}
+{{- with $class.spec.extendedResourceName }}
+{{- $names = append $names . }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $names | uniq | sortAlpha | toJson -}}
+{{- end -}}
 
 {{/* The DRA driver name of each vendor's kubelet plugin. */}}
 {{- define "strata.driverNames" -}}
