@@ -20,6 +20,7 @@ import (
 
 	"github.com/strata-sh/strata/sim"
 	simcluster "github.com/strata-sh/strata/sim/cluster"
+	"github.com/strata-sh/strata/sim/controlplane"
 	"github.com/strata-sh/strata/sim/realnode"
 )
 
@@ -107,9 +108,11 @@ nodeGroups:
 		return nil, err
 	}
 	e.sim, err = sim.Start(ctx, sim.Config{
-		Cluster:     c,
-		Dir:         filepath.Join(dir, "s"),
-		ChartValues: map[string]any{"plugins": map[string]any{"ascend": map[string]any{"enabled": true}, "cambricon": map[string]any{"enabled": true}, "rdma": map[string]any{"enabled": true}}},
+		Cluster: c,
+		Dir:     filepath.Join(dir, "s"),
+		// kube-scheduler runs beside strata-scheduler, as in a cluster.
+		ControlPlane: controlplane.Options{KubeScheduler: true},
+		ChartValues:  map[string]any{"plugins": map[string]any{"ascend": map[string]any{"enabled": true}, "cambricon": map[string]any{"enabled": true}, "rdma": map[string]any{"enabled": true}}},
 	})
 	if err != nil {
 		return nil, err
