@@ -35,6 +35,11 @@ type ClaimState struct {
 	ClaimRef `json:",inline"`
 	Phase    Phase            `json:"phase"`
 	Devices  []PreparedDevice `json:"devices"`
+	// Recovered marks a claim rebuilt from the API server after the
+	// checkpoint was lost: its devices carry no backend state, and while
+	// such a claim is prepared the plugin destroys nothing it cannot tell
+	// apart from what the claim uses.
+	Recovered bool `json:"recovered,omitempty"`
 }
 
 // checkpointData is the checksummed payload.
@@ -54,6 +59,12 @@ type checkpointFile struct {
 
 // ErrCorruptCheckpoint is returned when the checkpoint cannot be trusted.
 var ErrCorruptCheckpoint = errors.New("corrupt checkpoint")
+
+// ErrUnknownCheckpointVersion is returned for a checkpoint in a layout
+// this plugin does not know: written by a newer release (a rollback
+// after an upgrade) or by something else. It is not corrupt, and it is
+// left as it is.
+var ErrUnknownCheckpointVersion = errors.New("checkpoint in an unknown version")
 
 // checkpointStore persists checkpointData in one file with atomic replaces.
 type checkpointStore struct {
@@ -86,7 +97,7 @@ func (s *checkpointStore) load() (*checkpointData, error) {
 		return nil, fmt.Errorf("%w %s: %v", ErrCorruptCheckpoint, s.path, err)
 	}
 	if file.Version != checkpointVersion {
-		return nil, fmt.Errorf("%w %s: unsupported version %q", ErrCorruptCheckpoint, s.path, file.Version)
+		return nil, fmt.Errorf("%w %s: %q, this plugin reads %q", ErrUnknownCheckpointVersion, s.path, file.Version, checkpointVersion)
 	}
 	if got := checksum(file.Data); got != file.Checksum {
 		return nil, fmt.Errorf("%w %s: checksum mismatch", ErrCorruptCheckpoint, s.path)
@@ -106,8 +117,8 @@ func (s *checkpointStore) load() (*checkpointData, error) {
 
 // changed reports whether the checkpoint on disk is other than the one
 // this process last loaded or saved, that is whether another instance of
-// the plugin wrote it since. A file that does not parse counts as changed:
-// load then reports it.
+// the plugin wrote it since. A file that does not parse, or in another
+// version, counts as changed: load then reports it.
 func (s *checkpointStore) changed() (bool, error) {
 	raw, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -120,7 +131,7 @@ func (s *checkpointStore) changed() (bool, error) {
 	if err := json.Unmarshal(raw, &file); err != nil {
 		return true, nil
 	}
-	return file.Checksum != s.seen, nil
+	return file.Version != checkpointVersion || file.Checksum != s.seen, nil
 }
 
 // save replaces the checkpoint atomically and durably: write a temp file,

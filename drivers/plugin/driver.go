@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -387,8 +389,16 @@ func (d *Driver) syncLocked(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// loadCheckpointLocked reads the checkpoint: a corrupt one is quarantined
-// and replaced by an empty one, and state from an earlier boot is dropped.
+// loadCheckpointLocked reads the checkpoint and drops state from an
+// earlier boot. A checkpoint that cannot be used is never replaced by an
+// empty state, which would make recovery destroy what running pods use:
+//   - one in a version this plugin does not know (a newer release's, met
+//     when a rollout is rolled back) is left alone, and the plugin
+//     refuses to serve until a release that reads it runs;
+//   - a corrupt one, or a missing one while CDI specs of this driver are
+//     on disk, is moved aside and the prepared claims are rebuilt from the
+//     API server (rebuildLocked); if that fails the plugin refuses to
+//     serve.
 func (d *Driver) loadCheckpointLocked(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 
@@ -396,18 +406,42 @@ func (d *Driver) loadCheckpointLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	_, statErr := os.Stat(d.store.path)
+	missing := errors.Is(statErr, fs.ErrNotExist)
 	state, err := d.store.load()
-	if errors.Is(err, ErrCorruptCheckpoint) {
+	switch {
+	case errors.Is(err, ErrUnknownCheckpointVersion):
+		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointVersionUnknown",
+			"%s: %v; serving nothing and touching no device, claim or CDI spec until a release that reads it runs", d.cfg.DriverName, err)
+		return fmt.Errorf("%w: refusing to serve rather than guess what is prepared (run the release that wrote it)", err)
+	case errors.Is(err, ErrCorruptCheckpoint):
 		moved, qerr := d.store.quarantine(time.Now())
 		if qerr != nil {
 			return errors.Join(err, qerr)
 		}
-		logger.Error(err, "Checkpoint is corrupt, starting from an empty one", "movedTo", moved)
+		if state, err = d.rebuildLocked(ctx, bootID); err != nil {
+			d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointCorrupt",
+				"%s: checkpoint was corrupt (moved to %s) and the prepared claims could not be read from the API server: %v; refusing to serve", d.cfg.DriverName, moved, err)
+			return fmt.Errorf("checkpoint was corrupt (moved to %s) and the prepared claims could not be rebuilt from the API server: %w", moved, err)
+		}
+		logger.Error(nil, "Checkpoint was corrupt, rebuilt the prepared claims from the API server", "movedTo", moved, "claims", len(state.Claims))
 		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointCorrupt",
-			"%s: checkpoint was corrupt and was moved to %s; claims prepared before are prepared again on demand", d.cfg.DriverName, moved)
-		state = &checkpointData{Claims: map[types.UID]*ClaimState{}}
-	} else if err != nil {
+			"%s: checkpoint was corrupt and was moved to %s; %d prepared claims were rebuilt from the API server, and nothing is released until they are unprepared", d.cfg.DriverName, moved, len(state.Claims))
+	case err != nil:
 		return err
+	case missing:
+		uids, err := d.cdi.ClaimUIDs()
+		if err != nil {
+			return err
+		}
+		if len(uids) > 0 {
+			if state, err = d.rebuildLocked(ctx, bootID); err != nil {
+				return fmt.Errorf("checkpoint is missing while %d CDI specs of this driver are on disk, and the prepared claims could not be rebuilt from the API server: %w", len(uids), err)
+			}
+			logger.Error(nil, "Checkpoint is missing while CDI specs are on disk, rebuilt the prepared claims from the API server", "specs", len(uids), "claims", len(state.Claims))
+			d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointMissing",
+				"%s: checkpoint is missing while %d CDI specs are on disk; %d prepared claims were rebuilt from the API server, and nothing is released until they are unprepared", d.cfg.DriverName, len(uids), len(state.Claims))
+		}
 	}
 	if state.BootID != "" && bootID != "" && state.BootID != bootID {
 		logger.V(1).Info("Node rebooted since the checkpoint was written, dropping prepared state", "claims", len(state.Claims))
@@ -416,6 +450,66 @@ func (d *Driver) loadCheckpointLocked(ctx context.Context) error {
 	state.BootID = bootID
 	d.state = state
 	return nil
+}
+
+// rebuildLocked rebuilds the prepared claims from the API server: the
+// claims allocated devices of this driver on this node, reserved for a
+// pod, whose CDI spec is on disk (a claim without one was not prepared,
+// and is prepared when the kubelet asks). They are recorded as prepared
+// and Recovered.
+func (d *Driver) rebuildLocked(ctx context.Context, bootID string) (*checkpointData, error) {
+	if d.cfg.KubeClient == nil {
+		return nil, errors.New("no API client")
+	}
+	onDisk := map[string]bool{}
+	uids, err := d.cdi.ClaimUIDs()
+	if err != nil {
+		return nil, err
+	}
+	for _, uid := range uids {
+		onDisk[uid] = true
+	}
+	listCtx, cancel := context.WithTimeout(ctx, rebuildTimeout)
+	defer cancel()
+	claims, err := d.cfg.KubeClient.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(listCtx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list ResourceClaims: %w", err)
+	}
+	state := &checkpointData{BootID: bootID, Claims: map[types.UID]*ClaimState{}}
+	for i := range claims.Items {
+		claim := &claims.Items[i]
+		if claim.Status.Allocation == nil || len(claim.Status.ReservedFor) == 0 || !onDisk[string(claim.UID)] {
+			continue
+		}
+		allocated, err := d.allocatedDevices(claim)
+		if err != nil {
+			continue // another driver's, or not allocated
+		}
+		st := &ClaimState{ClaimRef: ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}, Phase: PhasePrepareCompleted, Recovered: true}
+		for _, a := range allocated {
+			if a.Pool == d.cfg.NodeName {
+				st.Devices = append(st.Devices, a.Prepared())
+			}
+		}
+		if len(st.Devices) > 0 {
+			state.Claims[claim.UID] = st
+		}
+	}
+	return state, nil
+}
+
+// rebuildTimeout bounds the API read that rebuilds a lost checkpoint.
+const rebuildTimeout = 30 * time.Second
+
+// anyRecoveredLocked reports whether a claim rebuilt from the API server
+// is still prepared.
+func (d *Driver) anyRecoveredLocked() bool {
+	for _, c := range d.state.Claims {
+		if c.Recovered {
+			return true
+		}
+	}
+	return false
 }
 
 // claimStatesLocked copies every claim of the checkpoint.
@@ -455,6 +549,12 @@ func (d *Driver) recoverLocked(ctx context.Context, startUp bool) error {
 			}
 			logger.Error(err, "Rollback failed, keeping the claim in the checkpoint to try again later", "claim", klog.KRef(claim.Namespace, claim.Name), "claimUID", uid)
 		}
+	}
+	if d.anyRecoveredLocked() {
+		// What the lost checkpoint knew of partitions and specs is gone:
+		// leftovers cannot be told apart from what running pods use.
+		logger.Info("Prepared claims were rebuilt from the API server: leaving hardware state and CDI specs that no claim names alone until they are unprepared")
+		return d.store.save(state)
 	}
 	if r, ok := d.cfg.Backend.(Reconciler); ok {
 		prepared := make([]ClaimState, 0, len(state.Claims))

@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -90,22 +92,30 @@ func newTestDriver(t *testing.T, dir string, backend *fakeBackend, bootID string
 // newTestDriverOn is newTestDriver on the named node.
 func newTestDriverOn(t *testing.T, node, dir string, backend *fakeBackend, bootID string) *Driver {
 	t.Helper()
+	d, err := startTestDriver(t, node, dir, backend, bootID, fake.NewClientset())
+	if err != nil {
+		t.Fatalf("start up: %v", err)
+	}
+	return d
+}
+
+// startTestDriver is newTestDriverOn with an API client, returning the
+// start-up's error.
+func startTestDriver(t *testing.T, node, dir string, backend *fakeBackend, bootID string, client kubernetes.Interface) (*Driver, error) {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	bootPath := filepath.Join(dir, "boot_id")
 	if err := os.WriteFile(bootPath, []byte(bootID+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	register()
-	d, err := newDriver(Config{DriverName: testDriver, NodeName: node, Backend: backend,
+	d, err := newDriver(Config{DriverName: testDriver, NodeName: node, Backend: backend, KubeClient: client,
 		PluginDataDir: dir, CDIDir: filepath.Join(dir, "cdi"), BootIDPath: bootPath})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.recorder = record.NewFakeRecorder(10)
-	if err := d.startUp(ctx); err != nil {
-		t.Fatalf("start up: %v", err)
-	}
-	return d
+	return d, d.startUp(ctx)
 }
 
 func gpus(names ...string) []resourceapi.Device {
@@ -276,6 +286,9 @@ func TestRecoverRollsBackInterruptedPrepareAndOrphans(t *testing.T) {
 	}
 }
 
+// TestRecoverFromCorruptCheckpoint: a corrupt checkpoint is moved aside;
+// with no claim reserved on the node in the API server, a CDI spec left
+// on disk belongs to nothing and is removed.
 func TestRecoverFromCorruptCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	backend := &fakeBackend{devices: gpus("gpu-0")}

@@ -72,6 +72,9 @@ type reconcilingBackend struct {
 	*fakeBackend
 	restored   []string
 	reconciled []string
+	// reconciles counts the calls: each is a chance to destroy what a
+	// running pod uses.
+	reconciles int
 }
 
 func (b *reconcilingBackend) Restore(_ context.Context, claims []ClaimState) {
@@ -80,6 +83,7 @@ func (b *reconcilingBackend) Restore(_ context.Context, claims []ClaimState) {
 
 func (b *reconcilingBackend) Reconcile(_ context.Context, prepared []ClaimState) error {
 	b.reconciled = stateUIDs(prepared)
+	b.reconciles++
 	return nil
 }
 
