@@ -174,6 +174,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	register()
 
 	if err := d.startUp(ctx); err != nil {
+		d.reportRefusal(ctx, err, true)
 		d.stopRec()
 		return nil, err
 	}
@@ -382,6 +383,7 @@ func (d *Driver) syncLocked(ctx context.Context) (bool, error) {
 	}
 	klog.FromContext(ctx).V(1).Info("Checkpoint was written by another instance of the plugin, reloading it")
 	if err := d.restoreLocked(ctx, false); err != nil {
+		d.reportRefusal(ctx, err, false)
 		d.store.seen = "" // so that the next call tries again
 		return true, fmt.Errorf("reload the checkpoint written by another instance of the plugin: %w", err)
 	}
@@ -411,18 +413,16 @@ func (d *Driver) loadCheckpointLocked(ctx context.Context) error {
 	state, err := d.store.load()
 	switch {
 	case errors.Is(err, ErrUnknownCheckpointVersion):
-		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointVersionUnknown",
-			"%s: %v; serving nothing and touching no device, claim or CDI spec until a release that reads it runs", d.cfg.DriverName, err)
-		return fmt.Errorf("%w: refusing to serve rather than guess what is prepared (run the release that wrote it)", err)
+		return &refusal{reason: "CheckpointVersionUnknown",
+			err: fmt.Errorf("%w: refusing to serve, touching no device, claim or CDI spec, until a release that reads it runs", err)}
 	case errors.Is(err, ErrCorruptCheckpoint):
 		moved, qerr := d.store.quarantine(time.Now())
 		if qerr != nil {
 			return errors.Join(err, qerr)
 		}
 		if state, err = d.rebuildLocked(ctx, bootID); err != nil {
-			d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointCorrupt",
-				"%s: checkpoint was corrupt (moved to %s) and the prepared claims could not be read from the API server: %v; refusing to serve", d.cfg.DriverName, moved, err)
-			return fmt.Errorf("checkpoint was corrupt (moved to %s) and the prepared claims could not be rebuilt from the API server: %w", moved, err)
+			return &refusal{reason: "CheckpointCorrupt",
+				err: fmt.Errorf("checkpoint was corrupt (moved to %s) and the prepared claims could not be rebuilt from the API server: %w; refusing to serve", moved, err)}
 		}
 		logger.Error(nil, "Checkpoint was corrupt, rebuilt the prepared claims from the API server", "movedTo", moved, "claims", len(state.Claims))
 		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointCorrupt",
@@ -436,7 +436,8 @@ func (d *Driver) loadCheckpointLocked(ctx context.Context) error {
 		}
 		if len(uids) > 0 {
 			if state, err = d.rebuildLocked(ctx, bootID); err != nil {
-				return fmt.Errorf("checkpoint is missing while %d CDI specs of this driver are on disk, and the prepared claims could not be rebuilt from the API server: %w", len(uids), err)
+				return &refusal{reason: "CheckpointMissing",
+					err: fmt.Errorf("checkpoint is missing while %d CDI specs of this driver are on disk, and the prepared claims could not be rebuilt from the API server: %w; refusing to serve", len(uids), err)}
 			}
 			logger.Error(nil, "Checkpoint is missing while CDI specs are on disk, rebuilt the prepared claims from the API server", "specs", len(uids), "claims", len(state.Claims))
 			d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointMissing",
@@ -496,6 +497,49 @@ func (d *Driver) rebuildLocked(ctx context.Context, bootID string) (*checkpointD
 		}
 	}
 	return state, nil
+}
+
+// refusal is an error for which the plugin refuses to serve, with the
+// reason of the event that tells the operator.
+type refusal struct {
+	reason string
+	err    error
+}
+
+func (r *refusal) Error() string { return r.err.Error() }
+func (r *refusal) Unwrap() error { return r.err }
+
+// reportRefusal posts a warning event on the node for err. At start-up
+// (now) it is written before returning, as the process exits next and an
+// event queued in the recorder would be lost.
+func (d *Driver) reportRefusal(ctx context.Context, err error, now bool) {
+	reason := "StartFailed"
+	var r *refusal
+	if errors.As(err, &r) {
+		reason = r.reason
+	} else if !now {
+		return
+	}
+	msg := d.cfg.DriverName + ": " + err.Error()
+	if !now || d.cfg.Events != nil || d.cfg.KubeClient == nil {
+		d.recorder.Event(d.nodeRef(), corev1.EventTypeWarning, reason, msg)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	t := metav1.Now()
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: d.cfg.NodeName + ".", Namespace: metav1.NamespaceDefault},
+		InvolvedObject: *d.nodeRef(),
+		Reason:         reason,
+		Message:        msg,
+		Type:           corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: d.cfg.DriverName, Host: d.cfg.NodeName},
+		FirstTimestamp: t, LastTimestamp: t, Count: 1,
+	}
+	if _, err := d.cfg.KubeClient.CoreV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		klog.FromContext(ctx).Error(err, "Posting the event about refusing to start failed", "reason", reason)
+	}
 }
 
 // rebuildTimeout bounds the API read that rebuilds a lost checkpoint.

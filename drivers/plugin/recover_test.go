@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -93,13 +94,19 @@ func TestUnknownCheckpointVersionIsLeftAlone(t *testing.T) {
 	if _, err := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-1"}}); err == nil {
 		t.Errorf("unprepare with a newer checkpoint succeeded")
 	}
+	expectEvent(t, d, "CheckpointVersionUnknown")
 
 	// At start-up.
 	restarted, err := startWith(t, dir, backend, client)
 	if err == nil || !strings.Contains(err.Error(), "refusing to serve") {
 		t.Fatalf("start with a newer checkpoint: %v, want refused", err)
 	}
-	expectEvent(t, restarted, "CheckpointVersionUnknown")
+	// Start posts the event itself before the process exits.
+	restarted.reportRefusal(ctx, err, true)
+	events, _ := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+	if len(events.Items) != 1 || events.Items[0].Reason != "CheckpointVersionUnknown" || events.Items[0].InvolvedObject.Kind != "Node" {
+		t.Errorf("events at start-up %+v, want one CheckpointVersionUnknown on the node", events.Items)
+	}
 
 	if got, _ := os.ReadFile(d.store.path); !bytes.Equal(got, newer) {
 		t.Errorf("the newer checkpoint was changed")
