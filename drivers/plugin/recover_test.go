@@ -228,4 +228,3 @@ func TestLostCheckpointWithoutTheAPIServerRefusesToServe(t *testing.T) {
 		})
 	}
 }
-
