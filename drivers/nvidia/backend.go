@@ -77,11 +77,13 @@ type Config struct {
 
 // Backend implements plugin.Backend for NVIDIA GPUs.
 type Backend struct {
-	cfg    Config
-	gpus   []*gpu
-	byName map[string]*gpu
-	devs   devNumbers
-	health *healthState
+	cfg  Config
+	gpus []*gpu
+	// unusable are the GPUs that could not be read at start-up, left out.
+	unusable []error
+	byName   map[string]*gpu
+	devs     devNumbers
+	health   *healthState
 
 	// mu guards devices, the users of sharing mechanisms, recorded and
 	// the hardware changes of prepare and unprepare.
@@ -100,6 +102,9 @@ type Backend struct {
 	// layout fingerprints the MIG state that shapes the published devices
 	// (MIG mode and instances the plugin did not make).
 	layout string
+	// lastViews is each MIG-capable GPU's MIG state as last read, used
+	// while the GPU cannot be read.
+	lastViews map[string]gpuView
 }
 
 var (
@@ -142,7 +147,7 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	gpus, err := discoverGPUs(cfg.NVML, pci.NewReader(cfg.SysfsRoot))
+	gpus, unusable, err := discoverGPUs(cfg.NVML, pci.NewReader(cfg.SysfsRoot))
 	if err != nil {
 		return nil, err
 	}
@@ -154,8 +159,9 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: cfg, gpus: gpus, byName: map[string]*gpu{}, devs: devs,
-		mpsUsers: map[string]int{}, nonMPSUsers: map[string]int{}, timeSliced: map[string]timeSliceUse{}, recorded: map[string]bool{}}
+	b := &Backend{cfg: cfg, gpus: gpus, unusable: unusable, byName: map[string]*gpu{}, devs: devs,
+		mpsUsers: map[string]int{}, nonMPSUsers: map[string]int{}, timeSliced: map[string]timeSliceUse{}, recorded: map[string]bool{},
+		lastViews: map[string]gpuView{}}
 	for _, g := range gpus {
 		g.partitions = parts[g.topology.BusID]
 		b.byName[g.name] = g
@@ -163,6 +169,10 @@ func New(cfg Config) (*Backend, error) {
 	b.health = newHealthState(gpus, cfg.XIDHoldDown)
 	return b, nil
 }
+
+// Unusable returns why each GPU that could not be read at start-up was
+// left out.
+func (b *Backend) Unusable() []error { return b.unusable }
 
 // Close releases NVML.
 func (b *Backend) Close() { b.cfg.NVML.Shutdown() }
@@ -188,7 +198,10 @@ func (b *Backend) Discover(_ context.Context) (*plugin.Inventory, error) {
 }
 
 // viewsLocked reads the MIG mode and instances of every MIG-capable GPU,
-// and fingerprints what of it shapes the published devices.
+// and fingerprints what of it shapes the published devices. A GPU that
+// cannot be read (fallen off the bus, an NVML error) keeps the view it
+// last had, and its health says why, so that its devices are published
+// tainted and every other GPU keeps serving.
 func (b *Backend) viewsLocked() (map[string]gpuView, string, error) {
 	views := map[string]gpuView{}
 	var fp strings.Builder
@@ -196,28 +209,21 @@ func (b *Backend) viewsLocked() (map[string]gpuView, string, error) {
 		if g.mig == nil {
 			continue
 		}
-		enabled, err := migEnabled(g)
-		if err != nil {
-			return nil, "", err
-		}
-		// A GPU outside MIG mode has no instances; not asking saves a
-		// call per MIG profile on every health probe.
-		var instances []migInstance
-		if enabled {
-			if instances, err = listInstances(g); err != nil {
-				return nil, "", err
-			}
-		}
-		v := gpuView{migEnabled: enabled}
-		for _, inst := range instances {
-			if b.cfg.MIG != MIGDynamic || !b.recorded[migDeviceName(g, inst.profile, inst.placement)] {
-				v.foreign = append(v.foreign, inst)
-			}
+		v, err := b.readView(g)
+		failed := err != nil
+		b.health.update(g.name, func(h *gpuHealth) { h.unreadable = failed })
+		if failed {
+			v = b.lastViews[g.name]
+		} else {
+			b.lastViews[g.name] = v
 		}
 		views[g.name] = v
 		fmt.Fprintf(&fp, "%s:", g.name)
+		if failed {
+			fp.WriteString("unreadable:")
+		}
 		if b.cfg.MIG == MIGStatic {
-			fmt.Fprintf(&fp, "%t:", enabled)
+			fmt.Fprintf(&fp, "%t:", v.migEnabled)
 		}
 		for _, f := range v.foreign {
 			fmt.Fprintf(&fp, "%s@%d/%d/%d,", f.profile.name, f.placement.Start, f.gi, f.ci)
@@ -225,6 +231,30 @@ func (b *Backend) viewsLocked() (map[string]gpuView, string, error) {
 		fp.WriteString(";")
 	}
 	return views, fp.String(), nil
+}
+
+// readView reads one GPU's MIG mode and the instances the plugin did not
+// make.
+func (b *Backend) readView(g *gpu) (gpuView, error) {
+	enabled, err := migEnabled(g)
+	if err != nil {
+		return gpuView{}, err
+	}
+	// A GPU outside MIG mode has no instances; not asking saves a call per
+	// MIG profile on every health probe.
+	var instances []migInstance
+	if enabled {
+		if instances, err = listInstances(g); err != nil {
+			return gpuView{}, err
+		}
+	}
+	v := gpuView{migEnabled: enabled}
+	for _, inst := range instances {
+		if b.cfg.MIG != MIGDynamic || !b.recorded[migDeviceName(g, inst.profile, inst.placement)] {
+			v.foreign = append(v.foreign, inst)
+		}
+	}
+	return v, nil
 }
 
 // layoutChanged reports whether the MIG layout moved since the last

@@ -1,6 +1,7 @@
 package nvidia
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -37,36 +38,44 @@ type gpu struct {
 	partitions map[int]string
 }
 
-// discoverGPUs enumerates the GPUs through NVML and sysfs.
-func discoverGPUs(lib nvml.Interface, topo *pci.Reader) ([]*gpu, error) {
+// discoverGPUs enumerates the GPUs through NVML and sysfs. A GPU that
+// cannot be read (fallen off the bus, an NVML error) is left out and its
+// error returned in unusable, so that one bad GPU does not stop the
+// plugin from serving the others; it fails only when no GPU can be read.
+func discoverGPUs(lib nvml.Interface, topo *pci.Reader) (gpus []*gpu, unusable []error, err error) {
 	driverVersion, ret := lib.SystemGetDriverVersion()
 	if ret != nvml.SUCCESS {
-		return nil, nvmlError("get driver version", ret)
+		return nil, nil, nvmlError("get driver version", ret)
 	}
 	cuda, ret := lib.SystemGetCudaDriverVersion()
 	if ret != nvml.SUCCESS {
-		return nil, nvmlError("get CUDA driver version", ret)
+		return nil, nil, nvmlError("get CUDA driver version", ret)
 	}
 	count, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
-		return nil, nvmlError("count devices", ret)
+		return nil, nil, nvmlError("count devices", ret)
 	}
-	gpus := make([]*gpu, 0, count)
+	gpus = make([]*gpu, 0, count)
 	for i := 0; i < count; i++ {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
-			return nil, nvmlError(fmt.Sprintf("get device %d", i), ret)
+			unusable = append(unusable, fmt.Errorf("GPU %d: %w", i, nvmlError("get device handle", ret)))
+			continue
 		}
 		g, err := describe(dev, topo)
 		if err != nil {
-			return nil, fmt.Errorf("GPU %d: %w", i, err)
+			unusable = append(unusable, fmt.Errorf("GPU %d: %w", i, err))
+			continue
 		}
 		g.index = i
 		g.driverVersion = driverVersion
 		g.cudaVersion = fmt.Sprintf("%d.%d", cuda/1000, (cuda%1000)/10)
 		gpus = append(gpus, g)
 	}
-	return gpus, nil
+	if len(gpus) == 0 && len(unusable) > 0 {
+		return nil, nil, fmt.Errorf("no GPU can be read: %w", errors.Join(unusable...))
+	}
+	return gpus, unusable, nil
 }
 
 func describe(dev nvml.Device, topo *pci.Reader) (*gpu, error) {

@@ -16,8 +16,11 @@ import (
 // also go on its MIG and shared devices.
 const (
 	TaintGPULost = DriverName + "/gpu-lost"
-	TaintECC     = DriverName + "/ecc-uncorrectable"
-	TaintXID     = DriverName + "/xid"
+	// TaintUnreadable is on a GPU that NVML cannot query for another
+	// reason than being lost: the plugin cannot tell its MIG layout.
+	TaintUnreadable = DriverName + "/unreadable"
+	TaintECC        = DriverName + "/ecc-uncorrectable"
+	TaintXID        = DriverName + "/xid"
 )
 
 // applicationXIDs are XID errors caused by the workload, not the GPU
@@ -30,13 +33,15 @@ const xidGPULost = 79
 
 // gpuHealth is what is wrong with one GPU.
 type gpuHealth struct {
-	lost    bool
-	ecc     uint64
-	xid     uint64
-	xidSeen time.Time
+	lost bool
+	// unreadable is set while the GPU's MIG state cannot be read.
+	unreadable bool
+	ecc        uint64
+	xid        uint64
+	xidSeen    time.Time
 }
 
-func (h gpuHealth) healthy() bool { return !h.lost && h.ecc == 0 && h.xid == 0 }
+func (h gpuHealth) healthy() bool { return !h.lost && !h.unreadable && h.ecc == 0 && h.xid == 0 }
 
 // healthState tracks every GPU's health.
 type healthState struct {
@@ -62,6 +67,9 @@ func (s *healthState) taints() map[string][]resourceapi.DeviceTaint {
 		var t []resourceapi.DeviceTaint
 		if h.lost {
 			t = append(t, resourceapi.DeviceTaint{Key: TaintGPULost, Effect: resourceapi.DeviceTaintEffectNoExecute})
+		}
+		if h.unreadable && !h.lost {
+			t = append(t, resourceapi.DeviceTaint{Key: TaintUnreadable, Effect: resourceapi.DeviceTaintEffectNoSchedule})
 		}
 		if h.ecc > 0 {
 			t = append(t, resourceapi.DeviceTaint{Key: TaintECC, Value: strconv.FormatUint(h.ecc, 10), Effect: resourceapi.DeviceTaintEffectNoSchedule})

@@ -9,6 +9,7 @@ package nvmlmock
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -104,7 +105,56 @@ func New(m hardware.Machine, seed string) (*Server, error) {
 		}
 	}
 	s.useHandles()
+	for i := range layout {
+		s.failWhenLost(i, s.Device(i))
+	}
+	byIndex := s.DeviceGetHandleByIndexFunc
+	s.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+		if i >= 0 && i < len(layout) && s.isLost(i) {
+			return nil, nvml.ERROR_GPU_IS_LOST
+		}
+		return byIndex(i)
+	}
 	return s, nil
+}
+
+// returnType is the type of NVML's status results.
+var returnType = reflect.TypeOf(nvml.SUCCESS)
+
+// failWhenLost makes every call on GPU i that reports an nvml.Return
+// answer ERROR_GPU_IS_LOST while the GPU is lost, with zero values for
+// everything else it returns: NVML's documented answer for a GPU that
+// fell off the bus (nvmlReturn_t NVML_ERROR_GPU_IS_LOST, "the target GPU
+// has fallen off the bus or has otherwise become inaccessible"), which
+// nvidia-smi shows as "Unable to determine the device handle for GPU
+// <bus id>: GPU is lost". Every function of the mock is wrapped, those
+// the plugin calls today and those it may call tomorrow, so a fake can
+// never answer a call that the lost GPU would fail. Call it once every
+// function is set.
+func (s *Server) failWhenLost(i int, dev *server.Device) {
+	v := reflect.ValueOf(&dev.Device).Elem()
+	for f := 0; f < v.NumField(); f++ {
+		field := v.Field(f)
+		ft := field.Type()
+		if field.Kind() != reflect.Func || field.IsNil() || !field.CanSet() || ft.NumOut() == 0 || ft.Out(ft.NumOut()-1) != returnType {
+			continue
+		}
+		orig := reflect.ValueOf(field.Interface())
+		field.Set(reflect.MakeFunc(ft, func(args []reflect.Value) []reflect.Value {
+			if s.isLost(i) {
+				out := make([]reflect.Value, ft.NumOut())
+				for k := range out {
+					out[k] = reflect.Zero(ft.Out(k))
+				}
+				out[len(out)-1] = reflect.ValueOf(nvml.ERROR_GPU_IS_LOST)
+				return out
+			}
+			if ft.IsVariadic() {
+				return orig.CallSlice(args)
+			}
+			return orig.Call(args)
+		}))
+	}
 }
 
 // Device returns the mock device of a GPU index.

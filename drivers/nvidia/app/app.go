@@ -17,6 +17,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/drivers/plugin"
@@ -162,6 +163,9 @@ func Start(ctx context.Context, o Options, client kubernetes.Interface, host Hos
 	backend, err := nvidia.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("NVIDIA backend: %w", err)
+	}
+	for _, err := range backend.Unusable() {
+		klog.FromContext(ctx).Error(err, "GPU left out: it cannot be read; the other GPUs are served")
 	}
 	driver, err := plugin.Start(ctx, o.Config(nvidia.DriverName, backend, client, host.Events))
 	if err != nil {
