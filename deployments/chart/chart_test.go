@@ -375,6 +375,7 @@ func ascendPlugin(t *testing.T, objs []*unstructured.Unstructured) {
 		"--metrics-address=:9403",
 		"--dev-root=/",
 		"--npu-smi=/usr/local/bin/npu-smi",
+		"--vendor-tool-timeout=30s",
 		"--driver-root=/usr/local/Ascend/driver",
 		"--dcmi-dir=/usr/local/dcmi",
 	} {
@@ -434,6 +435,25 @@ func TestRenderAscendDriverPaths(t *testing.T) {
 	volumes, _, _ := unstructured.NestedSlice(pod, "volumes")
 	assert.Contains(t, volumes, map[string]any{"name": "driver-root", "hostPath": map[string]any{"path": "/opt/Ascend/driver", "type": "Directory"}})
 	assert.Contains(t, volumes, map[string]any{"name": "npu-smi", "hostPath": map[string]any{"path": "/usr/local/sbin/npu-smi", "type": "File"}})
+}
+
+// TestRenderVendorToolTimeout: plugins.ascend/cambricon.driver.vendorToolTimeout
+// is each plugin's --vendor-tool-timeout; one that is not a positive
+// duration is refused by the schema.
+func TestRenderVendorToolTimeout(t *testing.T) {
+	values, err := ParseValues([]byte("plugins:\n  ascend:\n    enabled: true\n    driver:\n      vendorToolTimeout: 2m\n  cambricon:\n    enabled: true\n    driver:\n      vendorToolTimeout: 45s\n"))
+	require.NoError(t, err)
+	r, err := Render(DefaultRelease, values)
+	require.NoError(t, err)
+	objs := objects(t, r)
+	assert.Contains(t, containerArgs(t, find(objs, "DaemonSet", "strata-ascend-kubelet-plugin")), "--vendor-tool-timeout=2m")
+	assert.Contains(t, containerArgs(t, find(objs, "DaemonSet", "strata-cambricon-kubelet-plugin")), "--vendor-tool-timeout=45s")
+	for _, bad := range []string{"0s", "30", "forever"} {
+		values, err := ParseValues([]byte("plugins:\n  cambricon:\n    enabled: true\n    driver:\n      vendorToolTimeout: " + bad + "\n"))
+		require.NoError(t, err)
+		_, err = Render(DefaultRelease, values)
+		assert.ErrorContains(t, err, "vendorToolTimeout", bad)
+	}
 }
 
 // TestRenderSimulate: plugins.<vendor>.simulate passes --simulate to the
@@ -506,6 +526,7 @@ func cambriconPlugin(t *testing.T, objs []*unstructured.Unstructured) {
 		"--metrics-address=:9404",
 		"--dev-root=/",
 		"--cnmon=/usr/bin/cnmon",
+		"--vendor-tool-timeout=30s",
 		"--smlu-memory-unit=256Mi",
 	} {
 		assert.Contains(t, args, want)

@@ -2,7 +2,9 @@
 // for the backends that drive hardware through one: the Runner interface
 // their clients take (a fake in tests), the exec implementation, and the
 // error that carries what the program printed, since these programs
-// report their reasons on stdout.
+// report their reasons on stdout. Every call has a deadline: a vendor tool
+// that wedges (a driver stuck in the kernel, a hung management daemon)
+// must not hang the plugin, which runs it while it holds its lock.
 package vendortool
 
 import (
@@ -14,7 +16,20 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
+
+// DefaultTimeout bounds one call of a vendor tool when Exec names none.
+// npu-smi and cnmon answer in well under a second on a healthy host; a
+// vNPU or sMLU creation takes a few seconds.
+const DefaultTimeout = 30 * time.Second
+
+// waitDelay is how long Run waits, once the tool has exited or been
+// killed, for processes it left behind to release its output pipes: a
+// tool that forks a helper which escapes its process group must not hold
+// the call open.
+const waitDelay = 2 * time.Second
 
 // Runner runs the program with the given arguments and returns what it
 // printed on stdout. A non-zero exit is an error; the output is returned
@@ -54,25 +69,64 @@ func (e *ExitError) Unwrap() error { return e.Err }
 // ExitCode returns the exit status, like os/exec's ExitError.
 func (e *ExitError) ExitCode() int { return e.Code }
 
+// TimeoutError reports a call that did not finish within its deadline;
+// the tool's whole process group was killed.
+type TimeoutError struct {
+	Tool    string
+	Args    []string
+	Timeout time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	cmd := e.Tool
+	if len(e.Args) > 0 {
+		cmd += " " + strings.Join(e.Args, " ")
+	}
+	return fmt.Sprintf("%s: no answer within %s, killed", cmd, e.Timeout)
+}
+
+// Unwrap makes a TimeoutError a context.DeadlineExceeded for errors.Is.
+func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }
+
 // Exec runs a program on the host.
 type Exec struct {
 	Tool   string
 	Binary string
 	// Env is added to the plugin's environment for the program only.
 	Env []string
+	// Timeout bounds one call (0 means DefaultTimeout). When it expires
+	// the program's process group is killed, children it forked
+	// included, and Run returns a *TimeoutError.
+	Timeout time.Duration
 }
 
 // Run executes the program; its stderr is folded into the returned error.
+// The program leads a process group of its own, so that a deadline kills
+// every process it forked, not only itself.
 func (e Exec) Run(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, e.Binary, args...)
+	timeout := e.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(callCtx, e.Binary, args...)
 	if len(e.Env) > 0 {
 		cmd.Env = append(os.Environ(), e.Env...)
 	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = waitDelay
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	if err == nil {
+	if err == nil || (errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState.Success()) {
+		// ErrWaitDelay after a success: the tool answered and exited,
+		// and something it started still held its output.
 		return stdout.Bytes(), nil
+	}
+	if ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+		return stdout.Bytes(), &TimeoutError{Tool: e.Tool, Args: args, Timeout: timeout}
 	}
 	ee := &ExitError{Tool: e.Tool, Args: args, Code: -1, Stderr: strings.TrimSpace(stderr.String()), Err: err}
 	var xe *exec.ExitError
@@ -83,10 +137,11 @@ func (e Exec) Run(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 // Failed makes the error of a failed command: it names the command (an
-// ExitError does itself) and quotes what the program printed first.
+// ExitError and a TimeoutError do themselves) and quotes what the program printed first.
 func Failed(tool string, args []string, out []byte, err error) error {
 	var ee *ExitError
-	if !errors.As(err, &ee) {
+	var te *TimeoutError
+	if !errors.As(err, &ee) && !errors.As(err, &te) {
 		err = fmt.Errorf("%s %s: %w", tool, strings.Join(args, " "), err)
 	}
 	if fl := FailureText(out); fl != "" {

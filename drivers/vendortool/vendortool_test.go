@@ -3,8 +3,13 @@ package vendortool
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestExecReportsStatusStderrAndOutput(t *testing.T) {
@@ -25,5 +30,75 @@ func TestExecReportsStatusStderrAndOutput(t *testing.T) {
 	}
 	if got := Failed("tool", []string{"info"}, []byte("\n  first\n"), errors.New("boom")).Error(); got != `tool info: boom: "first"` {
 		t.Errorf("plain error: %s", got)
+	}
+}
+
+// A wedged tool that forked a helper: the call returns once its deadline
+// has passed, with an error naming the tool, its arguments and the
+// deadline, and the helper is killed with the tool.
+func TestExecKillsProcessGroupAtDeadline(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "wedged")
+	pidFile := filepath.Join(dir, "child.pid")
+	body := "#!/bin/sh\nsleep 300 &\necho $! > " + pidFile + "\nsleep 300\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 300 * time.Millisecond
+	x := Exec{Tool: "npu-smi", Binary: script, Timeout: timeout}
+	start := time.Now()
+	_, err := x.Run(context.Background(), "info", "-m")
+	elapsed := time.Since(start)
+	var te *TimeoutError
+	if !errors.As(err, &te) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("run: %v, want a timeout", err)
+	}
+	if want := "npu-smi info -m: no answer within 300ms, killed"; err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	if elapsed < timeout {
+		t.Errorf("returned after %s, before its deadline", elapsed)
+	}
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The child is reparented when the tool dies; whoever reaps it, it
+	// must be dead (gone, or a zombie awaiting its reaper).
+	for !dead(pid) {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("the tool's child %d outlived the deadline", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := Failed("npu-smi", []string{"info", "-m"}, nil, te).Error(); got != "npu-smi info -m: no answer within 300ms, killed" {
+		t.Errorf("Failed: %s", got)
+	}
+}
+
+func dead(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// pid (comm) state ...: comm may hold spaces, the state follows the
+	// last ')'.
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
+}
+
+// A cancelled caller is not a timeout: the error says the context ended.
+func TestExecCallerCancelIsNotTimeout(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := Exec{Tool: "tool", Binary: "/bin/sh"}.Run(ctx, "-c", "sleep 300")
+	var te *TimeoutError
+	if err == nil || errors.As(err, &te) {
+		t.Fatalf("run: %v, want a non-timeout error", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -17,6 +18,7 @@ import (
 	"github.com/strata-sh/strata/drivers/ascend"
 	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/drivers/vendortool"
 	"github.com/strata-sh/strata/hardware/simulated"
 )
 
@@ -34,6 +36,8 @@ type Options struct {
 	// DCMIDir is the host's DCMI library folder, mounted into containers
 	// with the driver.
 	DCMIDir string
+	// VendorToolTimeout bounds each run of npu-smi.
+	VendorToolTimeout time.Duration
 }
 
 // NewOptions returns the defaults of a plugin on a real node.
@@ -46,6 +50,8 @@ func NewOptions() Options {
 		NPUSMI:     npusmi.DefaultBinary,
 		DriverRoot: "/usr/local/Ascend/driver",
 		DCMIDir:    "/usr/local/dcmi",
+
+		VendorToolTimeout: vendortool.DefaultTimeout,
 	}
 }
 
@@ -58,6 +64,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DevRoot, "dev-root", o.DevRoot, "prefix of host device node paths")
 	fs.StringVar(&o.NPUSMI, "npu-smi", o.NPUSMI, "the npu-smi program of the host's Ascend driver: chips, vNPU templates, vNPU creation")
 	fs.StringVar(&o.DCMIDir, "dcmi-dir", o.DCMIDir, "host folder of the DCMI library, mounted into containers with the driver (empty: not mounted)")
+	fs.DurationVar(&o.VendorToolTimeout, "vendor-tool-timeout", o.VendorToolTimeout, "deadline of each npu-smi run; one that takes longer is killed with the processes it forked and fails")
 	fs.StringVar(&o.DriverRoot, "driver-root", o.DriverRoot, "install root of the host's Ascend driver; npu-smi runs with its lib64 folders on LD_LIBRARY_PATH (empty: as the plugin's environment has it)")
 }
 
@@ -66,6 +73,9 @@ func (o Options) Validate() error {
 	errs := []error{o.Options.Validate()}
 	if o.NPUSMI == "" {
 		errs = append(errs, errors.New("--npu-smi is required"))
+	}
+	if o.VendorToolTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--vendor-tool-timeout must be positive, not %s", o.VendorToolTimeout))
 	}
 	return errors.Join(errs...)
 }
@@ -87,7 +97,7 @@ func Start(ctx context.Context, o Options, client kubernetes.Interface, host Hos
 	}
 	runner := host.NPUSMI
 	if runner == nil {
-		runner = npusmi.Exec{Binary: o.NPUSMI, DriverRoot: o.DriverRoot}
+		runner = npusmi.Exec{Binary: o.NPUSMI, DriverRoot: o.DriverRoot, Timeout: o.VendorToolTimeout}
 	}
 	backend, err := ascend.New(ctx, ascend.Config{
 		Tool:      &npusmi.Client{Runner: runner},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/strata-sh/strata/drivers/vendortool"
 )
@@ -34,13 +35,16 @@ type Exec struct {
 	// own: the plugin's environment is left alone), as it needs them
 	// outside the host's loader configuration, in a container.
 	DriverRoot string
+	// Timeout bounds each call (0 means vendortool.DefaultTimeout); a
+	// call past it is killed with every process npu-smi forked.
+	Timeout time.Duration
 }
 
 var _ Runner = Exec{}
 
 // Run executes npu-smi. Its stderr is folded into the returned error.
 func (e Exec) Run(ctx context.Context, args ...string) ([]byte, error) {
-	x := vendortool.Exec{Tool: tool, Binary: e.Binary}
+	x := vendortool.Exec{Tool: tool, Binary: e.Binary, Timeout: e.Timeout}
 	if x.Binary == "" {
 		x.Binary = DefaultBinary
 	}

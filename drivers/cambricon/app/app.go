@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
@@ -18,6 +19,7 @@ import (
 	"github.com/strata-sh/strata/drivers/cambricon"
 	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/drivers/vendortool"
 	"github.com/strata-sh/strata/hardware/simulated"
 )
 
@@ -36,6 +38,8 @@ type Options struct {
 	CNMON string
 	// SMLUMemoryUnit is the step of sMLU memory, a quantity ("256Mi").
 	SMLUMemoryUnit string
+	// VendorToolTimeout bounds each run of cnmon.
+	VendorToolTimeout time.Duration
 }
 
 // NewOptions returns the defaults of a plugin on a real node.
@@ -47,6 +51,8 @@ func NewOptions() Options {
 		DevRoot:        "/",
 		CNMON:          cnmon.DefaultBinary,
 		SMLUMemoryUnit: "256Mi",
+
+		VendorToolTimeout: vendortool.DefaultTimeout,
 	}
 }
 
@@ -58,6 +64,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ProcRoot, "proc-root", o.ProcRoot, "where the host's procfs is mounted (device majors)")
 	fs.StringVar(&o.DevRoot, "dev-root", o.DevRoot, "prefix of host device node paths")
 	fs.StringVar(&o.CNMON, "cnmon", o.CNMON, "the host's cnmon program: cards, sMLU mode and instances; mounted into containers unless a claim's MluConfig says cnmon: None")
+	fs.DurationVar(&o.VendorToolTimeout, "vendor-tool-timeout", o.VendorToolTimeout, "deadline of each cnmon run; one that takes longer is killed with the processes it forked and fails")
 	fs.StringVar(&o.SMLUMemoryUnit, "smlu-memory-unit", o.SMLUMemoryUnit, "step of sMLU memory (vmemory), a whole number of MiB; Cambricon's device plugin counts vmemory in 256Mi units")
 }
 
@@ -78,6 +85,9 @@ func (o Options) Validate() error {
 	errs := []error{o.Options.Validate()}
 	if o.CNMON == "" {
 		errs = append(errs, errors.New("--cnmon is required"))
+	}
+	if o.VendorToolTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--vendor-tool-timeout must be positive, not %s", o.VendorToolTimeout))
 	}
 	if _, err := o.memoryUnit(); err != nil {
 		errs = append(errs, err)
@@ -103,7 +113,7 @@ func Start(ctx context.Context, o Options, client kubernetes.Interface, host Hos
 	unit, _ := o.memoryUnit()
 	runner := host.CNMON
 	if runner == nil {
-		runner = cnmon.Exec{Binary: o.CNMON}
+		runner = cnmon.Exec{Binary: o.CNMON, Timeout: o.VendorToolTimeout}
 	}
 	backend, err := cambricon.New(ctx, cambricon.Config{
 		Tool:       &cnmon.Client{Runner: runner},

@@ -2,6 +2,7 @@ package cnmon
 
 import (
 	"context"
+	"time"
 
 	"github.com/strata-sh/strata/drivers/vendortool"
 )
@@ -28,6 +29,9 @@ type ExitError = vendortool.ExitError
 type Exec struct {
 	// Binary is the path of cnmon; empty means DefaultBinary.
 	Binary string
+	// Timeout bounds each call (0 means vendortool.DefaultTimeout); a
+	// call past it is killed with every process cnmon forked.
+	Timeout time.Duration
 }
 
 var _ Runner = Exec{}
@@ -38,5 +42,5 @@ func (e Exec) Run(ctx context.Context, args ...string) ([]byte, error) {
 	if bin == "" {
 		bin = DefaultBinary
 	}
-	return vendortool.Exec{Tool: tool, Binary: bin}.Run(ctx, args...)
+	return vendortool.Exec{Tool: tool, Binary: bin, Timeout: e.Timeout}.Run(ctx, args...)
 }

@@ -7,10 +7,13 @@ destroys them when it is released. npu-smi and the driver's install root
 PCI topology comes from sysfs and device majors from /proc/devices, which
 the privileged container sees as the host's; device nodes are named by
 their host paths in the CDI specs (--dev-root=/). The plugin polls no
-health: it takes no --health-interval. */}}
+health: it takes no --health-interval. Every npu-smi run has a deadline
+(--vendor-tool-timeout): a wedged one is killed, so that it cannot hang
+the plugin. */}}
 {{- define "strata.plugin.ascend.args" -}}
 - --dev-root=/
 - --npu-smi={{ .p.driver.npuSmi }}
+- --vendor-tool-timeout={{ .p.driver.vendorToolTimeout }}
 - --driver-root={{ .p.driver.root }}
 - --dcmi-dir={{ .p.driver.dcmi }}
 {{- end -}}

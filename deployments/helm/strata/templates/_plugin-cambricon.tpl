@@ -8,10 +8,13 @@ vmemory capacity.
 PCI topology comes from sysfs and device majors from /proc/devices, which
 the privileged container sees as the host's; device nodes are named by
 their host paths in the CDI specs (--dev-root=/). The plugin polls no
-health: it takes no --health-interval. */}}
+health: it takes no --health-interval. Every cnmon run has a deadline
+(--vendor-tool-timeout): a wedged one is killed, so that it cannot hang
+the plugin. */}}
 {{- define "strata.plugin.cambricon.args" -}}
 - --dev-root=/
 - --cnmon={{ .p.driver.cnmon }}
+- --vendor-tool-timeout={{ .p.driver.vendorToolTimeout }}
 - --smlu-memory-unit={{ .p.driver.smluMemoryUnit }}
 {{- end -}}
 
