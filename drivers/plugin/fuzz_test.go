@@ -1,0 +1,162 @@
+package plugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// seedCheckpoint is what a plugin that prepared two claims, one of them
+// interrupted, leaves on disk.
+func seedCheckpoint() *checkpointData {
+	share := types.UID("b1a0e1c2-0000-4000-8000-000000000002")
+	return &checkpointData{BootID: "5f3c1c52-7a7e-4d0e-9a55-0d4c3c3f1a11", Claims: map[types.UID]*ClaimState{
+		"uid-a": {ClaimRef: ClaimRef{Namespace: "default", Name: "train", UID: "uid-a"}, Phase: PhasePrepareCompleted,
+			Devices: []PreparedDevice{{Request: "gpus", Pool: "node-1", Device: "gpu-0",
+				Edits: cdispec.ContainerEdits{
+					Env:         []string{"NVIDIA_VISIBLE_DEVICES=void"},
+					DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/nvidia0", Type: "c", Major: 195, Minor: 0}},
+					Mounts:      []*cdispec.Mount{{HostPath: "/usr/bin/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi", Options: []string{"ro", "bind"}}},
+				},
+				State:            json.RawMessage(`{"kind":"mig","gpuInstance":3,"computeInstance":0,"created":true}`),
+				ConsumedCapacity: map[resourceapi.QualifiedName]string{"memory": "20Gi"}}}},
+		"uid-b": {ClaimRef: ClaimRef{Namespace: "ml", Name: "infer", UID: "uid-b"}, Phase: PhasePrepareStarted, Recovered: true,
+			Devices: []PreparedDevice{{Request: "npu/small", Pool: "node-1", Device: "npu-3", ShareID: ptr.To(share), AdminAccess: true}}},
+	}}
+}
+
+// FuzzCheckpointLoad: a checkpoint file of any content either loads, or
+// fails as corrupt or of an unknown version; one that loads holds only
+// claims the plugin can act on, and saving it and loading it again gives
+// the same state. With wrap, the input is the payload of an envelope
+// whose checksum matches, so the decoding of the payload is reached.
+func FuzzCheckpointLoad(f *testing.F) {
+	dir := f.TempDir()
+	seed := &checkpointStore{path: filepath.Join(dir, "seed.json")}
+	if err := seed.save(seedCheckpoint()); err != nil {
+		f.Fatal(err)
+	}
+	raw, err := os.ReadFile(seed.path)
+	if err != nil {
+		f.Fatal(err)
+	}
+	payload, _ := json.Marshal(seedCheckpoint())
+	f.Add(raw, false)
+	f.Add(payload, true)
+	f.Add([]byte(`{"bootID":"","claims":{}}`), true)
+	f.Add([]byte(`{"version":"plugin.strata.sh/checkpoint/v2","checksum":"","data":{}}`), false)
+
+	f.Fuzz(func(t *testing.T, in []byte, wrap bool) {
+		if wrap {
+			var err error
+			in, err = json.Marshal(checkpointFile{Version: checkpointVersion, Checksum: checksum(in), Data: in})
+			if err != nil {
+				return // not JSON: json.RawMessage refuses to embed it
+			}
+		}
+		dir := t.TempDir()
+		store := &checkpointStore{path: filepath.Join(dir, "checkpoint.json")}
+		if err := os.WriteFile(store.path, in, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		data, err := store.load()
+		if err != nil {
+			if !errors.Is(err, ErrCorruptCheckpoint) && !errors.Is(err, ErrUnknownCheckpointVersion) {
+				t.Fatalf("load failed neither as corrupt nor as unknown version: %v", err)
+			}
+			return
+		}
+		checkClaims(t, data)
+		if store.seen == "" {
+			t.Error("a loaded checkpoint leaves no checksum to tell another writer's by")
+		}
+		if changed, err := store.changed(); err != nil || changed {
+			t.Errorf("checkpoint just loaded reads as changed (%v, %v)", changed, err)
+		}
+
+		if err := store.save(data); err != nil {
+			t.Fatalf("save of a loaded checkpoint: %v", err)
+		}
+		again, err := store.load()
+		if err != nil {
+			t.Fatalf("load of a saved checkpoint: %v", err)
+		}
+		first, _ := json.Marshal(data)
+		second, _ := json.Marshal(again)
+		if !bytes.Equal(first, second) {
+			t.Errorf("checkpoint changed on save and load:\n%s\n%s", first, second)
+		}
+		if err := store.save(again); err != nil {
+			t.Fatal(err)
+		}
+		third, err := store.load()
+		if err != nil || !reflect.DeepEqual(again, third) {
+			t.Errorf("second save and load is not a fixed point: %v\n%+v\n%+v", err, again, third)
+		}
+	})
+}
+
+// checkClaims asserts what start-up and prepare rely on of a loaded
+// checkpoint: every claim present (recoverLocked reads claim.Phase) and
+// kept under its own UID (rollbackLocked deletes it by st.UID).
+func checkClaims(t *testing.T, data *checkpointData) {
+	t.Helper()
+	if data.Claims == nil {
+		t.Fatal("loaded checkpoint has a nil claims map")
+	}
+	for uid, st := range data.Claims {
+		if st == nil {
+			t.Fatalf("loaded checkpoint holds claim %q as null", uid)
+		}
+		if st.UID != uid {
+			t.Errorf("loaded checkpoint holds claim %q under key %q", st.UID, uid)
+		}
+	}
+}
+
+// FuzzCharDeviceMajors: every major read from /proc/devices is one the
+// kernel can have (12 bits, not negative), named as the kernel prints
+// it, from a line of the character section.
+func FuzzCharDeviceMajors(f *testing.F) {
+	f.Add([]byte("Character devices:\n  1 mem\n195 nvidia-frontend\n234 nvidia-uvm\n237 nvidia-caps\n236 devdrv-cdev\n" +
+		"510 cambricon_dev\n\nBlock devices:\n  8 sd\n259 blkext\n"))
+	f.Add([]byte("Character devices:\n  4 /dev/vc/0\n  5 /dev/tty\n235 hisi_davinci_intf\n\nBlock devices:\n  7 loop\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		root := t.TempDir()
+		if err := os.WriteFile(filepath.Join(root, "devices"), in, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		majors, err := CharDeviceMajors(root)
+		if err != nil {
+			return
+		}
+		charSection := string(in)
+		if i := strings.Index(charSection, "\nBlock devices"); i >= 0 {
+			charSection = charSection[:i]
+		} else if strings.HasPrefix(charSection, "Block devices") {
+			charSection = ""
+		}
+		for name, n := range majors {
+			if n < 0 || n > 4095 {
+				t.Errorf("major %d of %q is no device major", n, name)
+			}
+			if name == "" || strings.ContainsFunc(name, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' }) {
+				t.Errorf("major %d has name %q", n, name)
+			}
+			if !strings.Contains(charSection, name) || !strings.Contains(charSection, strconv.FormatInt(n, 10)) {
+				t.Errorf("%q = %d is not in the character section", name, n)
+			}
+		}
+	})
+}
