@@ -44,8 +44,8 @@ func FuzzReadStateFiles(f *testing.F) {
 			}
 		}
 		if m, err := readMajors(dir); err == nil {
-			if m.davinci <= 0 || m.manager <= 0 {
-				t.Errorf("majors %+v read without the davinci and manager regions", m)
+			if m.davinci <= 0 || m.manager <= 0 || m.svm <= 0 || m.hdc <= 0 {
+				t.Errorf("majors %+v read without every region a container needs", m)
 			}
 			for _, n := range []int64{m.davinci, m.manager, m.svm, m.hdc} {
 				if n < 0 || n > 4095 {

@@ -125,7 +125,14 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 	if req.Claim != nil {
 		claim = plugin.ClaimRef{Namespace: req.Claim.Namespace, Name: req.Claim.Name, UID: req.Claim.UID}
 	}
+	// The node-wide nodes first: a driver region missing from
+	// /proc/devices refuses the claim before any vNPU is made.
+	common, err := b.commonNodes()
+	if err != nil {
+		return nil, err
+	}
 	resp := &plugin.PrepareResponse{}
+	resp.Common.DeviceNodes = common
 	var visible []string
 	virtual := false
 	for _, a := range req.Devices {
@@ -137,26 +144,31 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 		out := a.Prepared()
 		switch d.kind {
 		case kindNPU:
-			out.Edits.DeviceNodes = []*cdispec.DeviceNode{b.node(fmt.Sprintf("davinci%d", d.npu.PhyID), b.major.davinci, int64(d.npu.PhyID))}
+			n, err := b.node(fmt.Sprintf("davinci%d", d.npu.PhyID), procDavinci, b.major.davinci, int64(d.npu.PhyID))
+			if err != nil {
+				return nil, errors.Join(fmt.Errorf("device %s: %w", a.Device, err), b.unprepareLocked(ctx, claim, resp.Devices))
+			}
+			out.Edits.DeviceNodes = []*cdispec.DeviceNode{n}
 			visible = append(visible, strconv.Itoa(d.npu.PhyID))
 		case kindVNPU:
+			if b.major.davinci <= 0 {
+				// Refused before npu-smi makes a vNPU no node could reach.
+				err := fmt.Errorf("device %s: %w", a.Device, missingMajor("vdavinci", procDavinci))
+				return nil, errors.Join(err, b.unprepareLocked(ctx, claim, resp.Devices))
+			}
 			v, err := b.createLocked(ctx, claim, d)
 			if err != nil {
 				return nil, errors.Join(err, b.unprepareLocked(ctx, claim, resp.Devices))
 			}
 			out.State, _ = json.Marshal(v)
-			out.Edits.DeviceNodes = []*cdispec.DeviceNode{b.node(fmt.Sprintf("vdavinci%d", v.ID), b.major.davinci, int64(v.ID))}
+			n, _ := b.node(fmt.Sprintf("vdavinci%d", v.ID), procDavinci, b.major.davinci, int64(v.ID))
+			out.Edits.DeviceNodes = []*cdispec.DeviceNode{n}
 			visible = append(visible, strconv.Itoa(v.ID))
 			virtual = true
 		}
 		resp.Devices = append(resp.Devices, out)
 	}
 	resp.Common.Mounts = b.driverMounts(req.Devices)
-	resp.Common.DeviceNodes = []*cdispec.DeviceNode{
-		b.node("davinci_manager", b.major.manager, 0),
-		b.node("devmm_svm", b.major.svm, 0),
-		b.node("hisi_hdc", b.major.hdc, 0),
-	}
 	sort.Slice(visible, func(i, j int) bool { return atoi(visible[i]) < atoi(visible[j]) })
 	resp.Common.Env = []string{"ASCEND_VISIBLE_DEVICES=" + strings.Join(visible, ",")}
 	if virtual {
@@ -342,12 +354,38 @@ func (b *Backend) driverMounts(devices []plugin.AllocatedDevice) []*cdispec.Moun
 	return out
 }
 
-func (b *Backend) node(name string, major, minor int64) *cdispec.DeviceNode {
+// commonNodes are the driver's node-wide nodes every NPU container gets.
+func (b *Backend) commonNodes() ([]*cdispec.DeviceNode, error) {
+	var out []*cdispec.DeviceNode
+	for _, c := range []struct {
+		name, region string
+		major        int64
+	}{{"davinci_manager", procManager, b.major.manager}, {"devmm_svm", procSVM, b.major.svm}, {"hisi_hdc", procHDC, b.major.hdc}} {
+		n, err := b.node(c.name, c.region, c.major, 0)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// node is a character device node of the driver's region (its
+// /proc/devices name). A major that was not read is refused: a 0:N node
+// opens nothing the container wants.
+func (b *Backend) node(name, region string, major, minor int64) (*cdispec.DeviceNode, error) {
+	if major <= 0 {
+		return nil, missingMajor(name, region)
+	}
 	return &cdispec.DeviceNode{
 		Path:     "/dev/" + name,
 		HostPath: filepath.Join(b.cfg.DevRoot, "dev", name),
 		Type:     "c",
 		Major:    major,
 		Minor:    minor,
-	}
+	}, nil
+}
+
+func missingMajor(node, region string) error {
+	return fmt.Errorf("no major for /dev/%s: /proc/devices lists no %s region (is the Ascend driver loaded?)", node, region)
 }
