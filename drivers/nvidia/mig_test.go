@@ -401,3 +401,38 @@ func TestScarceCounters(t *testing.T) {
 		}
 	}
 }
+
+// TestMIGModeSwitchThatDoesNotTakeEffect: with something holding the GPU
+// open (DCGM does), NVML leaves a MIG mode switch pending. A whole-GPU
+// prepare on a GPU still in MIG mode, and a MIG prepare on a GPU out of
+// it, are refused naming the pending mode, and the pending switch is
+// withdrawn; once the GPU is free the same prepares succeed.
+func TestMIGModeSwitchThatDoesNotTakeEffect(t *testing.T) {
+	ctx, b, srv := discovered(t, hardware.DGXA100())
+	resp := prepareMIG(t, b, "a", "gpu-1-mig-1g5gb-2")
+	if err := b.Unprepare(ctx, plugin.ClaimRef{UID: "uid-a"}, resp.Devices); err != nil {
+		t.Fatal(err)
+	}
+	srv.SetHeldOpen(1, true)
+	srv.SetHeldOpen(2, true)
+	whole := &plugin.PrepareRequest{Claim: &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w", UID: "uid-w"}},
+		Devices: []plugin.AllocatedDevice{{Request: "gpu", Pool: "node-a", Device: "gpu-1"}}}
+	_, err := b.Prepare(ctx, whole)
+	if err == nil || !strings.Contains(err.Error(), "MIG mode is enabled with disabled pending, the switch to disabled did not take effect") {
+		t.Fatalf("whole-GPU prepare on a held GPU in MIG mode: %v, want refused naming the pending mode", err)
+	}
+	if cur, pending, _ := srv.Device(1).GetMigMode(); cur != nvml.DEVICE_MIG_ENABLE || pending != nvml.DEVICE_MIG_ENABLE {
+		t.Errorf("MIG mode %d pending %d after the refusal, want enabled with the switch withdrawn", cur, pending)
+	}
+	_, err = b.Prepare(ctx, &plugin.PrepareRequest{Claim: whole.Claim, Devices: []plugin.AllocatedDevice{{Request: "mig", Pool: "node-a", Device: "gpu-2-mig-1g5gb-0"}}})
+	if err == nil || !strings.Contains(err.Error(), "MIG mode is disabled with enabled pending") {
+		t.Fatalf("MIG prepare on a held GPU out of MIG mode: %v, want refused", err)
+	}
+	if got := srv.MIGInstances()[2]; got != 0 {
+		t.Errorf("%d MIG instances on the held GPU", got)
+	}
+	srv.SetHeldOpen(1, false)
+	if _, err := b.Prepare(ctx, whole); err != nil {
+		t.Errorf("whole-GPU prepare once the GPU is free: %v", err)
+	}
+}

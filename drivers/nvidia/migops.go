@@ -37,10 +37,35 @@ func (b *Backend) setMIGMode(g *gpu, enabled bool) error {
 			return fmt.Errorf("GPU %s still has %d MIG instances", g.name, n)
 		}
 	}
-	if _, ret := g.handle.SetMigMode(want); ret != nvml.SUCCESS {
+	activation, ret := g.handle.SetMigMode(want)
+	if ret != nvml.SUCCESS {
 		return nvmlError("set MIG mode of "+g.name, ret)
 	}
+	// The switch may not take effect: NVML reports why in the activation
+	// status (IN_USE while something holds the GPU open, RESET_REQUIRED
+	// where it cannot reset the GPU itself) and leaves the mode pending.
+	// Read the mode again rather than trust either.
+	now, pending, ret := g.handle.GetMigMode()
+	if ret != nvml.SUCCESS {
+		return nvmlError("get MIG mode of "+g.name, ret)
+	}
+	if activation != nvml.SUCCESS || now != want {
+		// Withdraw the pending switch, so that a later GPU reset does not
+		// change the mode behind the claims' back.
+		if pending != now {
+			g.handle.SetMigMode(now)
+		}
+		return fmt.Errorf("GPU %s: MIG mode is %s with %s pending, the switch to %s did not take effect (%s): something holds the GPU open (DCGM, a process) or it needs a reset",
+			g.name, migModeName(now), migModeName(pending), migModeName(want), nvml.ErrorString(activation))
+	}
 	return nil
+}
+
+func migModeName(mode int) string {
+	if mode == nvml.DEVICE_MIG_ENABLE {
+		return "enabled"
+	}
+	return "disabled"
 }
 
 // createMIG creates the GPU instance of a placement and one compute

@@ -69,6 +69,8 @@ type Server struct {
 	mu      sync.Mutex
 	sets    []*eventSet
 	lost    []bool
+	held    []bool
+	pending []int
 	ecc     []uint64
 	compute []nvml.ComputeMode
 }
@@ -93,6 +95,8 @@ func New(m hardware.Machine, seed string) (*Server, error) {
 	s := &Server{
 		Server:  base,
 		lost:    make([]bool, len(layout)),
+		held:    make([]bool, len(layout)),
+		pending: make([]int, len(layout)),
 		ecc:     make([]uint64, len(layout)),
 		compute: make([]nvml.ComputeMode, len(layout)),
 	}
@@ -100,7 +104,9 @@ func New(m hardware.Machine, seed string) (*Server, error) {
 	for i, fn := range layout {
 		dev := base.Devices[i].(*server.Device)
 		s.patchDevice(i, dev, fn, seed, cfg.PciDeviceId)
-		if !supportsMIG(cfg) {
+		if supportsMIG(cfg) {
+			s.pendingMIGMode(i, dev)
+		} else {
 			disableMIG(dev)
 		}
 	}
@@ -116,6 +122,42 @@ func New(m hardware.Machine, seed string) (*Server, error) {
 		return byIndex(i)
 	}
 	return s, nil
+}
+
+// pendingMIGMode models NVML's two MIG modes, current and pending
+// (nvmlDeviceGetMigMode), and the activation status of a switch
+// (nvmlDeviceSetMigMode): the switch takes effect at once unless the GPU
+// is held open (SetHeldOpen), when it stays pending and the activation
+// status is NVML_ERROR_IN_USE, as NVML documents for "device unbind fails
+// because the device isn't idle" (the caller must idle the GPU and retry).
+func (s *Server) pendingMIGMode(i int, dev *server.Device) {
+	dev.SetMigModeFunc = func(mode int) (nvml.Return, nvml.Return) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.pending[i] = mode
+		if s.held[i] {
+			return nvml.ERROR_IN_USE, nvml.SUCCESS
+		}
+		dev.Lock()
+		dev.MigMode = mode
+		dev.Unlock()
+		return nvml.SUCCESS, nvml.SUCCESS
+	}
+	dev.GetMigModeFunc = func() (int, int, nvml.Return) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		dev.RLock()
+		defer dev.RUnlock()
+		return dev.MigMode, s.pending[i], nvml.SUCCESS
+	}
+}
+
+// SetHeldOpen makes GPU i held open by a process (DCGM, a CUDA job):
+// while it is, a MIG mode switch stays pending.
+func (s *Server) SetHeldOpen(i int, held bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held[i] = held
 }
 
 // returnType is the type of NVML's status results.
