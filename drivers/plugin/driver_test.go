@@ -215,8 +215,10 @@ func TestFailedPrepareLeavesNothing(t *testing.T) {
 	if uids, _ := d.cdi.ClaimUIDs(); len(uids) != 0 {
 		t.Errorf("CDI specs %v left after a failed prepare", uids)
 	}
-	if diff := cmp.Diff([]types.UID{"uid-1"}, backend.unprepared); diff != "" {
-		t.Errorf("rollback did not release the claim's devices (-want +got):\n%s", diff)
+	// The backend undid its own work: handing it the claim's devices
+	// without state would clean up by identity what others set up.
+	if len(backend.unprepared) != 0 {
+		t.Errorf("the failed prepare was rolled back through the backend with %v", backend.released)
 	}
 }
 

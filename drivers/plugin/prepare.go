@@ -119,7 +119,18 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 	}
 
 	resp, err := d.cfg.Backend.Prepare(ctx, &PrepareRequest{Claim: claim, Devices: allocated})
-	if err == nil && len(resp.Devices) != len(allocated) {
+	if err != nil {
+		// The backend left nothing behind (its contract). Handing it the
+		// claim's devices without state now would read as an interrupted
+		// prepare and clean up by identity: reset VF settings an operator
+		// made, destroy a MIG instance someone else created. Only the
+		// record of the attempt goes.
+		if ferr := d.forgetLocked(st); ferr != nil {
+			return nil, errors.Join(err, fmt.Errorf("forget the failed prepare: %w", ferr))
+		}
+		return nil, err
+	}
+	if len(resp.Devices) != len(allocated) {
 		err = fmt.Errorf("backend prepared %d devices for %d allocated", len(resp.Devices), len(allocated))
 		st.Devices = resp.Devices
 	}
@@ -127,6 +138,8 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 		st.Devices = withAllocation(resp.Devices, allocated)
 		err = d.writeSpec(claim.UID, resp)
 	}
+	// From here on the backend prepared the claim: a rollback hands it
+	// the devices with the state it returned.
 	if err == nil {
 		st.Phase = PhasePrepareCompleted
 		err = d.store.save(d.state)
@@ -176,6 +189,17 @@ func (d *Driver) unprepareLocked(ctx context.Context, uid types.UID) error {
 	}
 	klog.FromContext(ctx).V(1).Info("Claim unprepared", "devices", len(st.Devices))
 	return nil
+}
+
+// forgetLocked drops the record of a claim whose prepare failed in the
+// backend, which undid its own work: its CDI spec, if any, and its
+// checkpoint entry.
+func (d *Driver) forgetLocked(st *ClaimState) error {
+	if err := d.cdi.RemoveClaimSpec(string(st.UID)); err != nil {
+		return err
+	}
+	delete(d.state.Claims, st.UID)
+	return d.store.save(d.state)
 }
 
 // rollbackLocked undoes a claim in any phase: backend first, then the CDI
