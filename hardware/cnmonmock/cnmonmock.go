@@ -11,7 +11,10 @@
 // An MLU370-X8 board carries two MLU370 chips and cnmon lists each as a
 // card, so a server of eight boards is New(16). The formats and messages
 // are those of package cnmon's testdata; see its README for which values
-// come from real machines and which are this fake's own wording.
+// come from real machines and which are this fake's own wording. The fake
+// does not import package cnmon, the parser it feeds: node and profile
+// names follow the driver's sources here on their own, and its contract
+// tests hold fake and parser to the same captures.
 package cnmonmock
 
 import (
@@ -25,7 +28,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
+	"github.com/strata-sh/strata/drivers/vendortool"
 )
 
 // ExitFailure is the fake's exit status for every refusal: cnmon's own
@@ -43,6 +46,8 @@ const (
 	// MemoryMB is the physical memory of one chip (half of the board's
 	// 48 GB) with inline ECC off.
 	MemoryMB = 23374
+	// MemoryECCMB is the same chip's memory with inline ECC on.
+	MemoryECCMB = 20638
 	// PowerCapW is the Pwr:Usage/Cap cap each chip of the board reports.
 	PowerCapW = 250
 )
@@ -78,6 +83,10 @@ type CNMON struct {
 	// devices under /sys/dev/char.
 	devChar  string
 	capMajor int
+	// memMB is each card's memory, ecc what the table's Ecc-Error cell
+	// prints ("N/A": inline ECC off).
+	memMB int64
+	ecc   string
 }
 
 // PublishCapabilityNodes makes the fake list each sMLU instance's
@@ -111,7 +120,7 @@ func (n *CNMON) publishCap(c *card, in *instance) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	uevent := fmt.Sprintf("MAJOR=%d\nMINOR=%d\nDEVNAME=%s\n", n.capMajor, in.minor, strings.TrimPrefix(cnmon.SMLUDevicePath(c.index, in.id), "/dev/"))
+	uevent := fmt.Sprintf("MAJOR=%d\nMINOR=%d\nDEVNAME=%s\n", n.capMajor, in.minor, strings.TrimPrefix(smluDevicePath(c.index, in.id), "/dev/"))
 	if err := os.WriteFile(filepath.Join(dir, "uevent"), []byte(uevent), 0o644); err != nil {
 		return err
 	}
@@ -122,6 +131,7 @@ type card struct {
 	index    int
 	busID    string
 	uuid     string
+	health   health
 	smlu     bool
 	profiles map[int]*profile
 	insts    []*instance // by id
@@ -142,7 +152,7 @@ type instance struct {
 	minor int
 }
 
-var _ cnmon.Runner = (*CNMON)(nil)
+var _ vendortool.Runner = (*CNMON)(nil)
 
 // Option changes the server New builds.
 type Option func(*CNMON)
@@ -157,6 +167,10 @@ func WithSMLU() Option {
 	}
 }
 
+// WithECC turns inline ECC on, as on the 5.10.22 capture's server: each
+// card has MemoryECCMB and the table counts ECC errors (none).
+func WithECC() Option { return func(n *CNMON) { n.memMB, n.ecc = MemoryECCMB, "0" } }
+
 // WithTime sets the timestamp of the cnmon table.
 func WithTime(t time.Time) Option { return func(n *CNMON) { n.now = t } }
 
@@ -166,17 +180,19 @@ func New(cards int, opts ...Option) (*CNMON, error) {
 	if cards < 1 || cards > MaxCards {
 		return nil, fmt.Errorf("cnmonmock: an MLU370-X8 server has 1 to %d cards, not %d", MaxCards, cards)
 	}
-	n := &CNMON{now: RecordedTime}
+	n := &CNMON{now: RecordedTime, memMB: MemoryMB, ecc: "N/A"}
 	for i := 0; i < cards; i++ {
 		c := &card{index: i, busID: busIDs[i], uuid: fmt.Sprintf("%08d-2354-0000-0000-000000000000", 89033010+i),
-			profiles: map[int]*profile{}}
-		for id, div := range defaultProfiles {
-			c.profiles[id] = &profile{id: id, quota: 100 / div, memMB: MemoryMB / int64(div), builtin: true}
-		}
+			profiles: map[int]*profile{}, health: healthGood}
 		n.cards = append(n.cards, c)
 	}
 	for _, o := range opts {
 		o(n)
+	}
+	for _, c := range n.cards {
+		for id, div := range defaultProfiles {
+			c.profiles[id] = &profile{id: id, quota: 100 / div, memMB: n.memMB / int64(div), builtin: true}
+		}
 	}
 	return n, nil
 }
@@ -209,7 +225,7 @@ func (n *CNMON) Run(ctx context.Context, args ...string) ([]byte, error) {
 	n.cmds = append(n.cmds, append([]string{}, args...))
 	out, code := n.dispatch(args)
 	if code != 0 {
-		return []byte(out), &cnmon.ExitError{Tool: "cnmon", Args: append([]string(nil), args...), Code: code}
+		return []byte(out), &vendortool.ExitError{Tool: "cnmon", Args: append([]string(nil), args...), Code: code}
 	}
 	return []byte(out), nil
 }
@@ -238,6 +254,10 @@ func (n *CNMON) cardArg(args []string, i int) (*card, string, int) {
 		out, code := notExisted(idx)
 		return nil, out, code
 	}
+	if n.cards[idx].health.lost {
+		out, code := lostOutput(idx)
+		return nil, out, code
+	}
 	return n.cards[idx], "", 0
 }
 
@@ -246,6 +266,8 @@ func (n *CNMON) dispatch(args []string) (string, int) {
 		return n.summary(n.cards), 0
 	}
 	switch args[0] {
+	case FakeCommand:
+		return n.fakeCommand(args[1:])
 	case "-c":
 		c, out, code := n.cardArg(args, 0)
 		if c == nil {
@@ -306,7 +328,7 @@ func (n *CNMON) summary(cards []*card) string {
 		if c.smlu {
 			mode = "SMLU"
 		}
-		b.WriteString(cardRows(c.index, c.busID, "N/A", chipTemp(c.index), powerUsage(c.index), MemoryMB, mode, "Default"))
+		b.WriteString(cardRows(c.index, c.busID, n.ecc, chipTemp(c.index), powerUsage(c.index), n.memMB, mode, "Default"))
 		b.WriteString(tableRule)
 	}
 	b.WriteString("\n")
@@ -354,8 +376,8 @@ func (n *CNMON) info(cards []*card) string {
 		kv(&b, 1, "Driver", Version)
 		kv(&b, 1, "Compute Mode", "Default")
 		section(&b, 1, "Health State")
-		kv(&b, 2, "Device", "Good")
-		kv(&b, 2, "Driver", "Running")
+		kv(&b, 2, "Device", c.health.device)
+		kv(&b, 2, "Driver", c.health.driver)
 		section(&b, 1, "Utilization")
 		kv(&b, 2, "MLU Average", "0 %")
 		section(&b, 1, "Temperature")
@@ -363,9 +385,9 @@ func (n *CNMON) info(cards []*card) string {
 		kv(&b, 2, "Chip", fmt.Sprintf("%d C", chipTemp(c.index)))
 		kv(&b, 2, "Memory", fmt.Sprintf("%d C", memTemp(c.index)))
 		section(&b, 1, "Physical Memory Usage")
-		kv(&b, 2, "Total", fmt.Sprintf("%d MiB", MemoryMB))
+		kv(&b, 2, "Total", fmt.Sprintf("%d MiB", n.memMB))
 		kv(&b, 2, "Used", "0 MiB")
-		kv(&b, 2, "Free", fmt.Sprintf("%d MiB", MemoryMB))
+		kv(&b, 2, "Free", fmt.Sprintf("%d MiB", n.memMB))
 		section(&b, 1, "Power")
 		kv(&b, 2, "Usage", fmt.Sprintf("%d W", powerUsage(c.index)))
 		kv(&b, 2, "Cap", fmt.Sprintf("%d W", PowerCapW))
@@ -422,6 +444,19 @@ func smluOff(c *card) (string, int) {
 	return fmt.Sprintf("Card %d sMLU mode is disabled, run: cnmon set -c %d -smlu on\n", c.index, c.index), ExitFailure
 }
 
+// smluDevicePath is the capability node of instance id on card: the
+// driver's class devnode puts its "cap_dev%d_mi%d" under
+// /dev/cambricon-caps (device/cnhost_dev.c).
+func smluDevicePath(card, id int) string {
+	return fmt.Sprintf("/dev/cambricon-caps/cap_dev%d_mi%d", card, id)
+}
+
+// smluProfileName is the driver's name of a profile: "%llup.%llumb"
+// (smlu/smlu_core.c).
+func smluProfileName(quota int, memMB int64) string {
+	return fmt.Sprintf("%dp.%dmb", quota, memMB)
+}
+
 // InstanceUUID is the UUID the driver reports for instance id: the card's
 // with its tenth byte set to the id (smlu_core.c: uuid[9] = instance_id).
 func InstanceUUID(cardUUID string, id int) string {
@@ -444,9 +479,9 @@ func (n *CNMON) smluInfo(c *card) string {
 	for _, in := range c.insts {
 		kv(&b, 1, "Instance", in.id)
 		kv(&b, 2, "Profile ID", in.p.id)
-		kv(&b, 2, "Profile Name", cnmon.SMLUProfileName(in.p.quota, in.p.memMB))
+		kv(&b, 2, "Profile Name", smluProfileName(in.p.quota, in.p.memMB))
 		kv(&b, 2, "UUID", InstanceUUID(c.uuid, in.id))
-		kv(&b, 2, "Device Node", cnmon.SMLUDevicePath(c.index, in.id))
+		kv(&b, 2, "Device Node", smluDevicePath(c.index, in.id))
 		kv(&b, 2, "MLU Quota", fmt.Sprintf("%d %%", in.p.quota))
 		kv(&b, 2, "Memory", fmt.Sprintf("%d MiB", in.p.memMB))
 	}
@@ -470,18 +505,18 @@ func (n *CNMON) create(c *card, quota int, memMB int64) (string, int) {
 	if !c.smlu {
 		return smluOff(c)
 	}
-	if quota < 1 || quota > 100 || memMB < 1 || memMB > MemoryMB {
+	if quota < 1 || quota > 100 || memMB < 1 || memMB > n.memMB {
 		return fmt.Sprintf("Create sMLU instance on card %d failed: invalid quota %d%% or memory %d MiB (total 100%%, %d MiB)\n",
-			c.index, quota, memMB, MemoryMB), ExitFailure
+			c.index, quota, memMB, n.memMB), ExitFailure
 	}
 	usedQ, usedM := c.used()
 	if quota > 100-usedQ {
 		return fmt.Sprintf("Create sMLU instance on card %d failed: insufficient MLU quota, request %d%%, remain %d%%\n",
 			c.index, quota, 100-usedQ), ExitFailure
 	}
-	if memMB > MemoryMB-usedM {
+	if memMB > n.memMB-usedM {
 		return fmt.Sprintf("Create sMLU instance on card %d failed: insufficient memory, request %d MiB, remain %d MiB\n",
-			c.index, memMB, MemoryMB-usedM), ExitFailure
+			c.index, memMB, n.memMB-usedM), ExitFailure
 	}
 	var p *profile
 	for _, q := range c.profiles {

@@ -7,7 +7,10 @@
 // destroying a vNPU the chip does not hold. It records every command.
 //
 // The formats and messages are those of package npusmi's testdata; see its
-// README for which values come from real machines.
+// README for which values come from real machines. The fake does not
+// import package npusmi, the parser it feeds: a bug in the parser must
+// not be able to shape the output it is tested against. Its contract
+// tests hold both to the same recorded outputs.
 package npusmimock
 
 import (
@@ -18,7 +21,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/strata-sh/strata/drivers/ascend/npusmi"
+	"github.com/strata-sh/strata/drivers/vendortool"
 )
 
 // Exit statuses of npu-smi: its error codes truncated to a byte.
@@ -46,6 +49,7 @@ type chip struct {
 	card, logic, phy int
 	busID            string
 	vnpus            []*vnpu
+	health           health
 }
 
 type vnpu struct {
@@ -54,7 +58,7 @@ type vnpu struct {
 	t      *tmpl
 }
 
-var _ npusmi.Runner = (*NPUSMI)(nil)
+var _ vendortool.Runner = (*NPUSMI)(nil)
 
 // Option changes the server New builds.
 type Option func(*NPUSMI)
@@ -75,7 +79,7 @@ func New(model string, npus int, opts ...Option) (*NPUSMI, error) {
 	}
 	n := &NPUSMI{spec: s, hbmMB: s.hbmMB}
 	for i := 0; i < npus; i++ {
-		n.chips = append(n.chips, &chip{card: i, logic: i, phy: i, busID: s.busIDs[i]})
+		n.chips = append(n.chips, &chip{card: i, logic: i, phy: i, busID: s.busIDs[i], health: health{status: "OK"}})
 	}
 	for _, o := range opts {
 		o(n)
@@ -111,7 +115,7 @@ func (n *NPUSMI) Run(ctx context.Context, args ...string) ([]byte, error) {
 	n.cmds = append(n.cmds, append([]string(nil), args...))
 	out, code := n.dispatch(args)
 	if code != 0 {
-		return []byte(out), &npusmi.ExitError{Tool: "npu-smi", Args: append([]string(nil), args...), Code: code}
+		return []byte(out), &vendortool.ExitError{Tool: "npu-smi", Args: append([]string(nil), args...), Code: code}
 	}
 	return []byte(out), nil
 }
@@ -161,6 +165,9 @@ func (n *NPUSMI) dispatch(args []string) (string, int) {
 	if len(args) == 0 {
 		return fakeError("no command")
 	}
+	if args[0] == FakeCommand {
+		return n.fakeCommand(args[1:])
+	}
 	o, err := parseOpts(args[1:])
 	if err != nil {
 		return fakeError("%v", err)
@@ -184,6 +191,8 @@ func (n *NPUSMI) dispatch(args []string) (string, int) {
 			return n.templateInfo(), 0
 		case "info-vnpu":
 			return n.withChip(o, false, n.infoVNPU)
+		case "health":
+			return n.withChip(o, false, n.healthInfo)
 		}
 		return fakeError("info -t %q is not modelled", o.vals["-t"])
 	case "set":
@@ -205,6 +214,10 @@ func (n *NPUSMI) card(o opts) (*chip, string, int) {
 		return nil, out, code
 	}
 	for _, c := range n.chips {
+		if c.card == id && c.health.lost {
+			out, code := lostOutput(id)
+			return nil, out, code
+		}
 		if c.card == id {
 			return c, "", 0
 		}

@@ -4,7 +4,9 @@
 // formats and refusals of npu-smi's recorded output) and keeps the
 // server's state between calls (package faketool). Like the driver, it
 // makes a vdavinci<id> device node when a vNPU is created and removes it
-// when the vNPU is destroyed.
+// when the vNPU is destroyed. "npu-smi strata-fake fault -i N Alarm CODE",
+// "... lose -i N" and "... recover -i N" break and mend chip N (package
+// npusmimock), for health tests on a real node.
 //
 // Settings ("npu-smi.json" beside it): {"model": "910B3", "devices": 8,
 // "state": FILE, "devRoot": DIR}.
@@ -27,9 +29,13 @@ import (
 func main() {
 	faketool.Program{
 		New: func(s faketool.Settings) (persist.Runner, error) { return npusmimock.New(s.Model, s.Devices) },
-		// vNPUs are created and destroyed with "npu-smi set -t ...".
-		Mutating: func(args []string) bool { return len(args) > 0 && args[0] == "set" },
-		Sync:     syncVNPUNodes,
+		// vNPUs are created and destroyed with "npu-smi set -t ...";
+		// the fake's own "strata-fake fault|lose|recover -i N" breaks
+		// and mends a chip, and is kept with the state.
+		Mutating: func(args []string) bool {
+			return len(args) > 0 && (args[0] == "set" || args[0] == npusmimock.FakeCommand)
+		},
+		Sync: syncVNPUNodes,
 	}.Main("npu-smi")
 }
 
