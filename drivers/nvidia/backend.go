@@ -11,6 +11,7 @@ package nvidia
 
 import (
 	"context"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,6 +63,10 @@ type Config struct {
 	FabricPartitionsFile string
 	// HAMiCoreLibrary is the host path of HAMi-core's libvgpu.so.
 	HAMiCoreLibrary string
+	// HAMiCoreCheck is where the plugin sees that library, to check that
+	// it is there before it tells a container to load it; empty skips the
+	// check.
+	HAMiCoreCheck string
 	// MPS starts and stops MPS control daemons; nil disables MPS sharing.
 	MPS MPSControl
 	// MIG says who manages MIG instances: static (default) or dynamic.
@@ -354,6 +359,9 @@ func (b *Backend) validateDevice(a plugin.AllocatedDevice) (sharingStrategy, err
 	switch d.kind {
 	case kindGPU:
 		s, err := b.sharedLimits(d, a, cfg)
+		if err == nil && s.strategy == strategyHAMiCore {
+			err = b.checkHAMiCore()
+		}
 		return s.strategy, err
 	case kindMIG:
 		if cfg.Sharing != nil {
@@ -361,6 +369,25 @@ func (b *Backend) validateDevice(a plugin.AllocatedDevice) (sharingStrategy, err
 		}
 	}
 	return "", nil
+}
+
+// checkHAMiCore makes sure the HAMi-core library is an ELF shared object
+// on the node before a container is told to preload it: a missing one
+// makes every program in the container fail to start, far from the
+// cause.
+func (b *Backend) checkHAMiCore() error {
+	if b.cfg.HAMiCoreCheck == "" {
+		return nil
+	}
+	f, err := elf.Open(b.cfg.HAMiCoreCheck)
+	if err != nil {
+		return fmt.Errorf("sharing: HAMi-core's library %s cannot be used on this node (%v): install HAMi-core there (--hami-core-library), or share the GPU with MPS or TimeSlicing", b.cfg.HAMiCoreLibrary, err)
+	}
+	defer f.Close()
+	if f.Type != elf.ET_DYN {
+		return fmt.Errorf("sharing: HAMi-core's library %s is not a shared library (%s)", b.cfg.HAMiCoreLibrary, f.Type)
+	}
+	return nil
 }
 
 var (

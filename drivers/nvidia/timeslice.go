@@ -3,7 +3,6 @@ package nvidia
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +24,8 @@ type TimeSliceControl interface {
 type ExecTimeSlice struct {
 	// Binary is nvidia-smi; default "nvidia-smi".
 	Binary string
+	// LibraryDir is as ExecMPS's.
+	LibraryDir string
 }
 
 var _ TimeSliceControl = ExecTimeSlice{}
@@ -35,7 +36,10 @@ func (e ExecTimeSlice) SetTimeSlice(ctx context.Context, gpuUUID string, n int) 
 	if bin == "" {
 		bin = "nvidia-smi"
 	}
-	cmd := exec.CommandContext(ctx, bin, "compute-policy", "-i", gpuUUID, "--set-timeslice", strconv.Itoa(n))
+	ctx, cancel := context.WithTimeout(ctx, ToolTimeout)
+	defer cancel()
+	cmd := toolCommand(ctx, bin, "compute-policy", "-i", gpuUUID, "--set-timeslice", strconv.Itoa(n))
+	cmd.Env = toolEnv(e.LibraryDir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(string(out)))
 	}

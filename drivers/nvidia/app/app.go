@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -34,6 +35,7 @@ type Options struct {
 	DevRoot              string
 	FabricPartitionsFile string
 	HAMiCoreLibrary      string
+	HAMiCoreCheck        string
 	// NVMLLibrary lists candidate paths of libnvidia-ml.so.1, separated
 	// by colons; the first that exists is loaded. Empty leaves it to the
 	// dynamic loader's search path.
@@ -74,6 +76,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DevRoot, "dev-root", o.DevRoot, "prefix of host device node paths")
 	fs.StringVar(&o.FabricPartitionsFile, "fabric-partitions-file", o.FabricPartitionsFile, "NVSwitch fabric manager partition list (fmpm -l output); NVLink partition attributes are published when present")
 	fs.StringVar(&o.HAMiCoreLibrary, "hami-core-library", o.HAMiCoreLibrary, "host path of HAMi-core's libvgpu.so for shared GPUs")
+	fs.StringVar(&o.HAMiCoreCheck, "hami-core-check", o.HAMiCoreCheck, "where the plugin sees --hami-core-library, to check it is a shared library before a container is told to preload it; empty skips the check")
 	fs.StringVar(&o.NVMLLibrary, "nvml-library", o.NVMLLibrary, "candidate paths of libnvidia-ml.so.1, colon-separated, the first that exists is loaded (e.g. under the host's driver root); empty uses the dynamic loader's search path")
 	fs.StringVar(&o.MPSControl, "mps-control", o.MPSControl, "MPS control program; empty disables MPS sharing")
 	fs.StringVar(&o.NvidiaSMI, "nvidia-smi", o.NvidiaSMI, "nvidia-smi program, used to set GPU time slices for TimeSlicing claims; empty refuses intervals other than Default")
@@ -137,16 +140,21 @@ func Start(ctx context.Context, o Options, client kubernetes.Interface, host Hos
 		StateDir:             o.PluginDataDir,
 		FabricPartitionsFile: o.FabricPartitionsFile,
 		HAMiCoreLibrary:      o.HAMiCoreLibrary,
+		HAMiCoreCheck:        o.HAMiCoreCheck,
 		MPS:                  host.MPS,
 		MIG:                  mode,
 		TimeSlice:            host.TimeSlice,
 		HealthInterval:       o.HealthInterval,
 		XIDHoldDown:          o.XIDHoldDown,
 	}
+	libraryDir := ""
 	if cfg.NVML == nil {
 		lib, err := findLibrary(o.NVMLLibrary)
 		if err != nil {
 			return nil, fmt.Errorf("--nvml-library: %w", err)
+		}
+		if lib != "" {
+			libraryDir = filepath.Dir(lib)
 		}
 		if lib == "" {
 			cfg.NVML = nvml.New()
@@ -155,10 +163,10 @@ func Start(ctx context.Context, o Options, client kubernetes.Interface, host Hos
 		}
 	}
 	if cfg.MPS == nil && o.MPSControl != "" {
-		cfg.MPS = nvidia.ExecMPS{Binary: o.MPSControl, StateDir: o.PluginDataDir}
+		cfg.MPS = nvidia.ExecMPS{Binary: o.MPSControl, StateDir: o.PluginDataDir, LibraryDir: libraryDir}
 	}
 	if cfg.TimeSlice == nil && o.NvidiaSMI != "" {
-		cfg.TimeSlice = nvidia.ExecTimeSlice{Binary: o.NvidiaSMI}
+		cfg.TimeSlice = nvidia.ExecTimeSlice{Binary: o.NvidiaSMI, LibraryDir: libraryDir}
 	}
 	backend, err := nvidia.New(cfg)
 	if err != nil {
@@ -204,6 +212,8 @@ func simulate(o Options) (Options, Host, error) {
 	o.SysfsRoot, o.ProcRoot, o.DevRoot = m.SysfsRoot(), m.ProcRoot(), m.DevRoot()
 	o.FabricPartitionsFile = m.Path(hardware.FabricPartitionsFile)
 	o.HAMiCoreLibrary = m.Path(simulated.HAMiCoreLibrary)
+	// The simulated machine's library is a stand-in, not a shared object.
+	o.HAMiCoreCheck = ""
 	return o, Host{NVML: m.NVML, MPS: m.MPS, TimeSlice: m.TimeSlices}, nil
 }
 

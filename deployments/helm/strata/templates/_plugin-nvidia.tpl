@@ -8,6 +8,9 @@ paths in the CDI specs (--dev-root=/). */}}
 - --nvml-library=/driver-root/usr/lib64/libnvidia-ml.so.1:/driver-root/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1:/driver-root/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1:/driver-root/lib64/libnvidia-ml.so.1
 - --mig-mode={{ .p.driver.migMode }}
 - --hami-core-library={{ .p.driver.hamiCoreLibrary }}
+{{- if not .p.simulate }}
+- --hami-core-check=/hami-core/{{ base .p.driver.hamiCoreLibrary }}
+{{- end }}
 {{- with .p.driver.fabricPartitionsFile }}
 - --fabric-partitions-file={{ . }}
 {{- end }}
@@ -30,6 +33,13 @@ paths in the CDI specs (--dev-root=/). */}}
   mountPath: /driver-root
   readOnly: true
   mountPropagation: HostToContainer
+{{- if not .p.simulate }}
+# HAMi-core's folder, to check the library is there before a shared-GPU
+# container is told to preload it.
+- name: hami-core
+  mountPath: /hami-core
+  readOnly: true
+{{- end }}
 {{- with .p.driver.fabricPartitionsFile }}
 - name: fabric-partitions
   mountPath: {{ . }}
@@ -42,6 +52,14 @@ paths in the CDI specs (--dev-root=/). */}}
   hostPath:
     path: {{ .p.driver.root }}
     type: Directory
+{{- if not .p.simulate }}
+- name: hami-core
+  hostPath:
+    # Created empty where HAMi-core is not installed (the check then
+    # refuses HAMi shares there, naming the library).
+    path: {{ dir .p.driver.hamiCoreLibrary }}
+    type: DirectoryOrCreate
+{{- end }}
 {{- with .p.driver.fabricPartitionsFile }}
 - name: fabric-partitions
   hostPath:
