@@ -345,7 +345,7 @@ func TestRenderRDMAWithoutRailOrder(t *testing.T) {
 
 // ascendPlugin checks what ci/ascend-values.yaml installs beside the
 // defaults: the Ascend plugin in the pod network with the host's npu-smi
-// and driver root mounted at their host paths, no --health-interval, its
+// and driver root mounted at their host paths, its health interval, its
 // DeviceClasses and its lines in the slice policy and the plugins'
 // FlowSchema.
 func ascendPlugin(t *testing.T, objs []*unstructured.Unstructured) {
@@ -376,13 +376,13 @@ func ascendPlugin(t *testing.T, objs []*unstructured.Unstructured) {
 		"--dev-root=/",
 		"--npu-smi=/usr/local/bin/npu-smi",
 		"--vendor-tool-timeout=30s",
+		"--health-interval=30s",
 		"--driver-root=/usr/local/Ascend/driver",
 		"--dcmi-dir=/usr/local/dcmi",
 	} {
 		assert.Contains(t, args, want)
 	}
 	for _, a := range args {
-		assert.NotContains(t, a, "--health-interval", "the Ascend plugin takes no health interval")
 		assert.NotContains(t, a, "nvml", "no NVIDIA flag reaches the Ascend plugin")
 		assert.NotContains(t, a, "rail", "no RDMA flag reaches the Ascend plugin")
 	}
@@ -494,7 +494,7 @@ func TestRenderSimulate(t *testing.T) {
 
 // cambriconPlugin checks what ci/cambricon-values.yaml installs beside the
 // defaults: the Cambricon plugin in the pod network with the host's cnmon
-// mounted at its host path, the sMLU memory unit, no --health-interval,
+// mounted at its host path, the sMLU memory unit, its health interval,
 // its DeviceClasses and its lines in the slice policy and the plugins'
 // FlowSchema.
 func cambriconPlugin(t *testing.T, objs []*unstructured.Unstructured) {
@@ -527,12 +527,12 @@ func cambriconPlugin(t *testing.T, objs []*unstructured.Unstructured) {
 		"--dev-root=/",
 		"--cnmon=/usr/bin/cnmon",
 		"--vendor-tool-timeout=30s",
+		"--health-interval=30s",
 		"--smlu-memory-unit=256Mi",
 	} {
 		assert.Contains(t, args, want)
 	}
 	for _, a := range args {
-		assert.NotContains(t, a, "--health-interval", "the Cambricon plugin takes no health interval")
 		assert.NotContains(t, a, "nvml", "no NVIDIA flag reaches the Cambricon plugin")
 		assert.NotContains(t, a, "npu-smi", "no Ascend flag reaches the Cambricon plugin")
 		assert.NotContains(t, a, "--driver-root", "no Ascend flag reaches the Cambricon plugin")
@@ -706,7 +706,8 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"unknown RDMA driver key", "plugins:\n  rdma:\n    driver:\n      migMode: dynamic\n", []string{"/plugins/rdma/driver", "migMode"}},
 		{"relative Ascend driver root", "plugins:\n  ascend:\n    driver:\n      root: usr/local/Ascend/driver\n", []string{"/plugins/ascend/driver/root"}},
 		{"relative npu-smi path", "plugins:\n  ascend:\n    driver:\n      npuSmi: npu-smi\n", []string{"/plugins/ascend/driver/npuSmi"}},
-		{"Ascend health interval", "plugins:\n  ascend:\n    healthInterval: 5s\n", []string{"/plugins/ascend/healthInterval"}},
+		{"zero Ascend health interval", "plugins:\n  ascend:\n    healthInterval: 0s\n", []string{"/plugins/ascend/healthInterval"}},
+		{"zero Ascend vendor tool timeout", "plugins:\n  ascend:\n    driver:\n      vendorToolTimeout: 0s\n", []string{"/plugins/ascend/driver/vendorToolTimeout"}},
 		{"unknown Ascend driver key", "plugins:\n  ascend:\n    driver:\n      migMode: dynamic\n", []string{"/plugins/ascend/driver", "migMode"}},
 		{"relative cnmon path", "plugins:\n  cambricon:\n    driver:\n      cnmon: cnmon\n", []string{"/plugins/cambricon/driver/cnmon"}},
 		{"sMLU memory unit not a quantity", "plugins:\n  cambricon:\n    driver:\n      smluMemoryUnit: lots\n", []string{"/plugins/cambricon/driver/smluMemoryUnit"}},
@@ -714,7 +715,7 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"sMLU memory unit below a MiB", "plugins:\n  cambricon:\n    driver:\n      smluMemoryUnit: 512Ki\n", []string{"/plugins/cambricon/driver/smluMemoryUnit"}},
 		{"zero sMLU memory unit", "plugins:\n  cambricon:\n    driver:\n      smluMemoryUnit: 0Mi\n", []string{"/plugins/cambricon/driver/smluMemoryUnit"}},
 		{"sMLU memory unit as a number", "plugins:\n  cambricon:\n    driver:\n      smluMemoryUnit: 256\n", []string{"/plugins/cambricon/driver/smluMemoryUnit"}},
-		{"Cambricon health interval", "plugins:\n  cambricon:\n    healthInterval: 5s\n", []string{"/plugins/cambricon/healthInterval"}},
+		{"Cambricon health interval not a duration", "plugins:\n  cambricon:\n    healthInterval: 30\n", []string{"/plugins/cambricon/healthInterval"}},
 		{"unknown Cambricon driver key", "plugins:\n  cambricon:\n    driver:\n      npuSmi: /usr/local/bin/npu-smi\n", []string{"/plugins/cambricon/driver", "npuSmi"}},
 		{"unknown Cambricon plugin key", "plugins:\n  cambricon:\n    cnmon: /usr/bin/cnmon\n", []string{"/plugins/cambricon", "cnmon"}},
 	} {

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/pci"
@@ -35,6 +36,8 @@ type Tool interface {
 	// CreateVNPU makes a vNPU of a template with the given id.
 	CreateVNPU(ctx context.Context, card, chip int, template string, id int) (npusmi.VNPU, error)
 	DestroyVNPU(ctx context.Context, card, chip, id int) error
+	// Health is the chip's health (npu-smi info -t health).
+	Health(ctx context.Context, card, chip int) (npusmi.Health, error)
 }
 
 var _ Tool = (*npusmi.Client)(nil)
@@ -60,6 +63,9 @@ type Config struct {
 	// driver's tools load (/usr/local/dcmi on Ascend hosts), mounted with
 	// the driver; empty leaves it out.
 	DCMIDir string
+	// HealthInterval is how often every chip's health is read (see
+	// WatchHealth); 0 reads none and taints nothing.
+	HealthInterval time.Duration
 }
 
 // npu is a discovered chip with what the backend derived from it.
@@ -73,6 +79,9 @@ type npu struct {
 	groups map[int]string
 	// usable is what vNPUs may use of the chip in all, by counter.
 	usable map[string]int64
+	// discoverErr is why the last Discover could not read the chip's
+	// vNPU resources; its devices are then published tainted.
+	discoverErr error
 }
 
 func (n *npu) chipID() int { return n.Chip.Chip }
@@ -87,6 +96,8 @@ type Backend struct {
 	byPhy map[int]*npu
 	devs  map[string]*device
 	major majors
+
+	health healthState
 }
 
 var (
@@ -135,5 +146,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		b.byPhy[c.PhyID] = n
 	}
 	assignHCCSGroups(b.npus)
+	if cfg.HealthInterval > 0 {
+		// The first publish already taints what is unhealthy.
+		b.probeHealth(ctx)
+	}
 	return b, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/strata-sh/strata/drivers/accelerator"
@@ -80,10 +81,26 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 	}
 	inv := &plugin.Inventory{}
 	b.devs = map[string]*device{}
+	health := b.health.snapshot()
 	for _, n := range b.npus {
 		usable, foreign, err := b.chipResourcesLocked(ctx, n, ledger)
+		if err != nil && ctx.Err() != nil {
+			return nil, err // the caller gave up: no verdict on the chip
+		}
 		if err != nil {
-			return nil, err
+			// One chip npu-smi cannot read must not take the node's
+			// other chips off the slices: it is published tainted, with
+			// what was last read of it (its AI cores if nothing was).
+			if n.discoverErr == nil {
+				klog.FromContext(ctx).Error(err, "Cannot read NPU, publishing it tainted", "npu", n.PhyID)
+			}
+			n.discoverErr = err
+			if usable = n.usable; usable == nil {
+				usable = map[string]int64{counterCores: int64(n.AICores)}
+			}
+			foreign = nil
+		} else {
+			n.discoverErr = nil
 		}
 		n.usable = usable
 		total := map[string]resourceapi.Counter{}
@@ -98,6 +115,7 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 		}
 		inv.SharedCounters = append(inv.SharedCounters, resourceapi.CounterSet{Name: counterSetName(n), Counters: available})
 		whole := b.npuDevice(n)
+		whole.Taints = b.taintsLocked(n, health)
 		whole.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: counterSetName(n), Counters: total}}
 		inv.Devices = append(inv.Devices, whole)
 		b.devs[whole.Name] = &device{name: whole.Name, kind: kindNPU, npu: n}
@@ -107,6 +125,7 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 			t := &n.templates[i]
 			for k := 0; k < slots(n, *t); k++ {
 				d := b.vnpuDevice(n, *t, k)
+				d.Taints = b.taintsLocked(n, health)
 				inv.Devices = append(inv.Devices, d)
 				b.devs[d.Name] = &device{name: d.Name, kind: kindVNPU, npu: n, template: t}
 			}

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
 	"github.com/strata-sh/strata/drivers/pci"
@@ -43,6 +44,8 @@ type Tool interface {
 	SetSMLUMode(ctx context.Context, card int, on bool) error
 	CreateSMLU(ctx context.Context, card, vcorePercent int, memoryMB int64) (cnmon.SMLU, error)
 	DestroySMLU(ctx context.Context, card, id int) error
+	// Health is the card's Health State (cnmon info -c N).
+	Health(ctx context.Context, card int) (cnmon.Health, error)
 }
 
 var _ Tool = (*cnmon.Client)(nil)
@@ -69,6 +72,9 @@ type Config struct {
 	// CNMON is the host path of cnmon, mounted into containers unless a
 	// claim's MluConfig says cnmon: None. Empty leaves it out.
 	CNMON string
+	// HealthInterval is how often every card's health is read (see
+	// WatchHealth); 0 reads none and taints nothing.
+	HealthInterval time.Duration
 }
 
 // card is a discovered card with what the backend derived from it.
@@ -81,6 +87,9 @@ type card struct {
 	// memoryBytes is the card's memory rounded down to the memory unit:
 	// what a whole-card claim consumes.
 	memoryBytes int64
+	// discoverErr is why the last Discover could not read the card's
+	// sMLU instances; the card is then published tainted.
+	discoverErr error
 }
 
 // Backend implements plugin.Backend for Cambricon MLUs.
@@ -92,6 +101,8 @@ type Backend struct {
 	cards  []*card
 	byName map[string]*card
 	major  majors
+
+	health healthState
 }
 
 var (
@@ -148,6 +159,10 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		b.byName[deviceName(k)] = k
 	}
 	assignMLULinkGroups(b.cards)
+	if cfg.HealthInterval > 0 {
+		// The first publish already taints what is unhealthy.
+		b.probeHealth(ctx)
+	}
 	return b, nil
 }
 

@@ -7,9 +7,11 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/strata-sh/strata/drivers/accelerator"
+	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
 	"github.com/strata-sh/strata/drivers/plugin"
 )
 
@@ -40,10 +42,22 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 		return nil, err
 	}
 	inv := &plugin.Inventory{}
+	health := b.health.snapshot()
 	for _, c := range b.cards {
 		info, err := b.cfg.Tool.SMLUInfo(ctx, c.Index)
+		if err != nil && ctx.Err() != nil {
+			return nil, err // the caller gave up: no verdict on the card
+		}
 		if err != nil {
-			return nil, fmt.Errorf("MLU %d: sMLU instances: %w", c.Index, err)
+			// One card cnmon cannot read must not take the node's other
+			// cards off the slices: it is published whole and tainted.
+			if c.discoverErr == nil {
+				klog.FromContext(ctx).Error(err, "Cannot read MLU's sMLU instances, publishing it tainted", "card", c.Index)
+			}
+			c.discoverErr = fmt.Errorf("MLU %d: sMLU instances: %w", c.Index, err)
+			info = cnmon.SMLUInfo{}
+		} else {
+			c.discoverErr = nil
 		}
 		vcore, memory := int64(fullVCore), c.memoryBytes
 		for _, in := range info.Instances {
@@ -57,7 +71,9 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 		if vcore < 1 || memory < b.cfg.MemoryUnit {
 			continue // foreign instances hold all of it
 		}
-		inv.Devices = append(inv.Devices, b.device(c, vcore, memory, vcore == fullVCore && memory == c.memoryBytes))
+		d := b.device(c, vcore, memory, vcore == fullVCore && memory == c.memoryBytes)
+		d.Taints = b.taintsLocked(c, health)
+		inv.Devices = append(inv.Devices, d)
 	}
 	return inv, nil
 }

@@ -38,6 +38,8 @@ type Options struct {
 	DCMIDir string
 	// VendorToolTimeout bounds each run of npu-smi.
 	VendorToolTimeout time.Duration
+	// HealthInterval is how often every chip's health is read.
+	HealthInterval time.Duration
 }
 
 // NewOptions returns the defaults of a plugin on a real node.
@@ -52,6 +54,7 @@ func NewOptions() Options {
 		DCMIDir:    "/usr/local/dcmi",
 
 		VendorToolTimeout: vendortool.DefaultTimeout,
+		HealthInterval:    ascend.DefaultHealthInterval,
 	}
 }
 
@@ -65,6 +68,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.NPUSMI, "npu-smi", o.NPUSMI, "the npu-smi program of the host's Ascend driver: chips, vNPU templates, vNPU creation")
 	fs.StringVar(&o.DCMIDir, "dcmi-dir", o.DCMIDir, "host folder of the DCMI library, mounted into containers with the driver (empty: not mounted)")
 	fs.DurationVar(&o.VendorToolTimeout, "vendor-tool-timeout", o.VendorToolTimeout, "deadline of each npu-smi run; one that takes longer is killed with the processes it forked and fails")
+	fs.DurationVar(&o.HealthInterval, "health-interval", o.HealthInterval, "how often npu-smi is asked for each chip's health; a chip in Alarm or Critical, or one npu-smi cannot query, is tainted "+ascend.TaintUnhealthy)
 	fs.StringVar(&o.DriverRoot, "driver-root", o.DriverRoot, "install root of the host's Ascend driver; npu-smi runs with its lib64 folders on LD_LIBRARY_PATH (empty: as the plugin's environment has it)")
 }
 
@@ -73,6 +77,9 @@ func (o Options) Validate() error {
 	errs := []error{o.Options.Validate()}
 	if o.NPUSMI == "" {
 		errs = append(errs, errors.New("--npu-smi is required"))
+	}
+	if o.HealthInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--health-interval must be positive, not %s", o.HealthInterval))
 	}
 	if o.VendorToolTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--vendor-tool-timeout must be positive, not %s", o.VendorToolTimeout))
@@ -110,6 +117,8 @@ func Start(ctx context.Context, o Options, client kubernetes.Interface, host Hos
 		DriverRoot: o.DriverRoot,
 		NPUSMI:     o.NPUSMI,
 		DCMIDir:    o.DCMIDir,
+
+		HealthInterval: o.HealthInterval,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("Ascend backend: %w", err)

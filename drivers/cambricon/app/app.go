@@ -40,6 +40,8 @@ type Options struct {
 	SMLUMemoryUnit string
 	// VendorToolTimeout bounds each run of cnmon.
 	VendorToolTimeout time.Duration
+	// HealthInterval is how often every card's health is read.
+	HealthInterval time.Duration
 }
 
 // NewOptions returns the defaults of a plugin on a real node.
@@ -53,6 +55,7 @@ func NewOptions() Options {
 		SMLUMemoryUnit: "256Mi",
 
 		VendorToolTimeout: vendortool.DefaultTimeout,
+		HealthInterval:    cambricon.DefaultHealthInterval,
 	}
 }
 
@@ -65,6 +68,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DevRoot, "dev-root", o.DevRoot, "prefix of host device node paths")
 	fs.StringVar(&o.CNMON, "cnmon", o.CNMON, "the host's cnmon program: cards, sMLU mode and instances; mounted into containers unless a claim's MluConfig says cnmon: None")
 	fs.DurationVar(&o.VendorToolTimeout, "vendor-tool-timeout", o.VendorToolTimeout, "deadline of each cnmon run; one that takes longer is killed with the processes it forked and fails")
+	fs.DurationVar(&o.HealthInterval, "health-interval", o.HealthInterval, "how often cnmon info is read for each card's Health State; a card not Good and Running, or one cnmon cannot query, is tainted "+cambricon.TaintUnhealthy)
 	fs.StringVar(&o.SMLUMemoryUnit, "smlu-memory-unit", o.SMLUMemoryUnit, "step of sMLU memory (vmemory), a whole number of MiB; Cambricon's device plugin counts vmemory in 256Mi units")
 }
 
@@ -85,6 +89,9 @@ func (o Options) Validate() error {
 	errs := []error{o.Options.Validate()}
 	if o.CNMON == "" {
 		errs = append(errs, errors.New("--cnmon is required"))
+	}
+	if o.HealthInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--health-interval must be positive, not %s", o.HealthInterval))
 	}
 	if o.VendorToolTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--vendor-tool-timeout must be positive, not %s", o.VendorToolTimeout))
@@ -125,7 +132,8 @@ func Start(ctx context.Context, o Options, client kubernetes.Interface, host Hos
 		MemoryUnit: unit,
 		// Containers see cnmon at the host path the chart mounts it at
 		// in the plugin's pod.
-		CNMON: o.CNMON,
+		CNMON:          o.CNMON,
+		HealthInterval: o.HealthInterval,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("Cambricon backend: %w", err)

@@ -6,8 +6,9 @@ destroys them when it is released. npu-smi and the driver's install root
 --driver-root) are mounted read-only at their host paths.
 PCI topology comes from sysfs and device majors from /proc/devices, which
 the privileged container sees as the host's; device nodes are named by
-their host paths in the CDI specs (--dev-root=/). The plugin polls no
-health: it takes no --health-interval. Every npu-smi run has a deadline
+their host paths in the CDI specs (--dev-root=/). The plugin asks npu-smi
+for each chip's health every healthInterval (--health-interval) and taints
+an unhealthy chip's devices. Every npu-smi run has a deadline
 (--vendor-tool-timeout): a wedged one is killed, so that it cannot hang
 the plugin. */}}
 {{- define "strata.plugin.ascend.args" -}}

@@ -7,8 +7,9 @@ containers that get it. --smlu-memory-unit is the step of the cards'
 vmemory capacity.
 PCI topology comes from sysfs and device majors from /proc/devices, which
 the privileged container sees as the host's; device nodes are named by
-their host paths in the CDI specs (--dev-root=/). The plugin polls no
-health: it takes no --health-interval. Every cnmon run has a deadline
+their host paths in the CDI specs (--dev-root=/). The plugin asks cnmon
+for each card's health every healthInterval (--health-interval) and taints
+an unhealthy card's devices. Every cnmon run has a deadline
 (--vendor-tool-timeout): a wedged one is killed, so that it cannot hang
 the plugin. */}}
 {{- define "strata.plugin.cambricon.args" -}}
