@@ -134,6 +134,11 @@ func TestRenderDefaults(t *testing.T) {
 		assert.Contains(t, string(raw), want)
 	}
 	assert.NotContains(t, string(raw), "LD_LIBRARY_PATH", "the plugin must not load the host's libc")
+	for _, probe := range []string{"startupProbe", "livenessProbe", "readinessProbe"} {
+		containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+		command, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), probe, "exec", "command")
+		assert.Equal(t, []string{"/usr/bin/nvidia-kubelet-plugin", "probe", "--plugin-data-dir=/var/lib/kubelet/plugins/nvidia.strata.sh"}, command, probe)
+	}
 	args := containerArgs(t, ds)
 	assert.Contains(t, args, "--health-interval=5s")
 	assert.Contains(t, args, "--metrics-address=:9401")
@@ -456,6 +461,23 @@ func TestRenderVendorToolTimeout(t *testing.T) {
 	}
 }
 
+// TestRenderSMLUSyntax: plugins.cambricon.driver.smlu sets the arguments
+// of cnmon's sMLU commands; a template lacking a value it must carry is
+// refused by the schema.
+func TestRenderSMLUSyntax(t *testing.T) {
+	values, err := ParseValues([]byte("plugins:\n  cambricon:\n    enabled: true\n    driver:\n      smlu:\n        createArgs: \"dsmlu add -c {card} -q {vcore} -m {memoryMiB}\"\n"))
+	require.NoError(t, err)
+	r, err := Render(DefaultRelease, values)
+	require.NoError(t, err)
+	args := containerArgs(t, find(objects(t, r), "DaemonSet", "strata-cambricon-kubelet-plugin"))
+	assert.Contains(t, args, "--smlu-create-args=dsmlu add -c {card} -q {vcore} -m {memoryMiB}")
+	assert.Contains(t, args, "--smlu-destroy-args=smlu -c {card} -destroy {id}", "the other commands keep their default")
+	bad, err := ParseValues([]byte("plugins:\n  cambricon:\n    enabled: true\n    driver:\n      smlu:\n        destroyArgs: \"smlu -c {card} -destroy\"\n"))
+	require.NoError(t, err)
+	_, err = Render(DefaultRelease, bad)
+	assert.ErrorContains(t, err, "/plugins/cambricon/driver/smlu/destroyArgs")
+}
+
 // TestRenderSimulate: plugins.<vendor>.simulate passes --simulate to the
 // plugin, and the Ascend and Cambricon plugins then mount none of the
 // host's vendor software (a node without accelerators has none); an
@@ -529,6 +551,9 @@ func cambriconPlugin(t *testing.T, objs []*unstructured.Unstructured) {
 		"--vendor-tool-timeout=30s",
 		"--health-interval=30s",
 		"--smlu-memory-unit=256Mi",
+		"--smlu-info-args=smlu -c {card} -info",
+		"--smlu-create-args=smlu -c {card} -create -mlu {vcore} -mem {memoryMiB}",
+		"--smlu-destroy-args=smlu -c {card} -destroy {id}",
 	} {
 		assert.Contains(t, args, want)
 	}

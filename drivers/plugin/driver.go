@@ -140,6 +140,10 @@ type Driver struct {
 	// has returned.
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
+	// stopLive ends the liveness watchdog; liveDone closes when it has
+	// returned.
+	stopLive context.CancelFunc
+	liveDone chan struct{}
 
 	// mu guards state and the checkpoint file. The kubelet plugin helper
 	// already serializes gRPC calls; the lock also covers start-up
@@ -199,6 +203,12 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		d.Stop()
 		return nil, err
 	}
+	liveCtx, stopLive := context.WithCancel(ctx)
+	d.stopLive, d.liveDone = stopLive, make(chan struct{})
+	go func() {
+		defer close(d.liveDone)
+		d.watchLiveness(liveCtx)
+	}()
 	if hw, ok := cfg.Backend.(HealthWatcher); ok {
 		watchCtx, cancel := context.WithCancel(ctx)
 		d.stopWatch = cancel
@@ -234,6 +244,10 @@ func newDriver(cfg Config) (*Driver, error) {
 // Stop shuts down the gRPC services and slice publishing. Published slices
 // stay in the API server, as they do when a real plugin restarts.
 func (d *Driver) Stop() {
+	if d.stopLive != nil {
+		d.stopLive()
+		<-d.liveDone
+	}
 	if d.stopWatch != nil {
 		d.stopWatch()
 		<-d.watchDone

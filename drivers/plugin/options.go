@@ -156,6 +156,25 @@ func Serve(ctx context.Context, o Options, start func(ctx context.Context, clien
 	return nil
 }
 
+// probeMain is the probe command.
+func probeMain(args []string) int {
+	fs := flag.NewFlagSet(ProbeCommand, flag.ContinueOnError)
+	dir := fs.String("plugin-data-dir", "", "the plugin's data folder")
+	podUID := fs.String("pod-uid", os.Getenv("POD_UID"), "UID of the plugin's pod (default $POD_UID)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *dir == "" {
+		fmt.Fprintln(os.Stderr, "probe: --plugin-data-dir is required")
+		return 2
+	}
+	if err := Probe(*dir, *podUID, time.Now()); err != nil {
+		fmt.Fprintln(os.Stderr, "probe:", err)
+		return 1
+	}
+	return 0
+}
+
 func restConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig == "" {
 		c, err := rest.InClusterConfig()
@@ -170,7 +189,14 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 // Main is a plugin binary's main function: it parses the flags that
 // addFlags binds (and klog's), runs until SIGINT or SIGTERM, and exits 1
 // with the error run returns.
+//
+// Run as "<binary> probe --plugin-data-dir=<dir>" it is the DaemonSet's
+// liveness and readiness probe instead: it judges the plugin of this pod
+// ($POD_UID) from the file its watchdog keeps, and exits 0 or 1.
 func Main(what string, addFlags func(*flag.FlagSet), run func(context.Context) error) {
+	if len(os.Args) > 1 && os.Args[1] == ProbeCommand {
+		os.Exit(probeMain(os.Args[2:]))
+	}
 	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
 	klog.InitFlags(fs)
 	addFlags(fs)
