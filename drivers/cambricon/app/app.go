@@ -42,6 +42,11 @@ type Options struct {
 	VendorToolTimeout time.Duration
 	// HealthInterval is how often every card's health is read.
 	HealthInterval time.Duration
+	// SMLUInfoArgs, SMLUCreateArgs and SMLUDestroyArgs are the argument
+	// templates of cnmon's sMLU commands (cnmon.ParseSMLUSyntax). No
+	// public capture of that syntax exists; the defaults are Strata's
+	// guess, to be replaced by what the host's cnmon takes.
+	SMLUInfoArgs, SMLUCreateArgs, SMLUDestroyArgs string
 }
 
 // NewOptions returns the defaults of a plugin on a real node.
@@ -56,6 +61,9 @@ func NewOptions() Options {
 
 		VendorToolTimeout: vendortool.DefaultTimeout,
 		HealthInterval:    cambricon.DefaultHealthInterval,
+		SMLUInfoArgs:      cnmon.DefaultSMLUInfoArgs,
+		SMLUCreateArgs:    cnmon.DefaultSMLUCreateArgs,
+		SMLUDestroyArgs:   cnmon.DefaultSMLUDestroyArgs,
 	}
 }
 
@@ -69,6 +77,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.CNMON, "cnmon", o.CNMON, "the host's cnmon program: cards, sMLU mode and instances; mounted into containers unless a claim's MluConfig says cnmon: None")
 	fs.DurationVar(&o.VendorToolTimeout, "vendor-tool-timeout", o.VendorToolTimeout, "deadline of each cnmon run; one that takes longer is killed with the processes it forked and fails")
 	fs.DurationVar(&o.HealthInterval, "health-interval", o.HealthInterval, "how often cnmon info is read for each card's Health State; a card not Good and Running, or one cnmon cannot query, is tainted "+cambricon.TaintUnhealthy)
+	fs.StringVar(&o.SMLUInfoArgs, "smlu-info-args", o.SMLUInfoArgs, "EXPERIMENTAL: cnmon arguments that list a card's sMLU mode and instances, with {card}; no public capture of cnmon's sMLU syntax exists, set what the host's cnmon takes")
+	fs.StringVar(&o.SMLUCreateArgs, "smlu-create-args", o.SMLUCreateArgs, "EXPERIMENTAL: cnmon arguments that create an sMLU, with {card}, {vcore} (percent) and {memoryMiB}")
+	fs.StringVar(&o.SMLUDestroyArgs, "smlu-destroy-args", o.SMLUDestroyArgs, "EXPERIMENTAL: cnmon arguments that destroy an sMLU, with {card} and {id}")
 	fs.StringVar(&o.SMLUMemoryUnit, "smlu-memory-unit", o.SMLUMemoryUnit, "step of sMLU memory (vmemory), a whole number of MiB; Cambricon's device plugin counts vmemory in 256Mi units")
 }
 
@@ -84,6 +95,15 @@ func (o Options) memoryUnit() (int64, error) {
 	return q.Value(), nil
 }
 
+// smluSyntax parses the --smlu-*-args templates.
+func (o Options) smluSyntax() (cnmon.SMLUSyntax, error) {
+	s, err := cnmon.ParseSMLUSyntax(o.SMLUInfoArgs, o.SMLUCreateArgs, o.SMLUDestroyArgs)
+	if err != nil {
+		return s, fmt.Errorf("--smlu-info-args, --smlu-create-args, --smlu-destroy-args: %w", err)
+	}
+	return s, nil
+}
+
 // Validate checks the options, naming the flag at fault.
 func (o Options) Validate() error {
 	errs := []error{o.Options.Validate()}
@@ -97,6 +117,9 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--vendor-tool-timeout must be positive, not %s", o.VendorToolTimeout))
 	}
 	if _, err := o.memoryUnit(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := o.smluSyntax(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -118,12 +141,13 @@ func Start(ctx context.Context, o Options, client kubernetes.Interface, host Hos
 		return nil, err
 	}
 	unit, _ := o.memoryUnit()
+	syntax, _ := o.smluSyntax()
 	runner := host.CNMON
 	if runner == nil {
 		runner = cnmon.Exec{Binary: o.CNMON, Timeout: o.VendorToolTimeout}
 	}
 	backend, err := cambricon.New(ctx, cambricon.Config{
-		Tool:       &cnmon.Client{Runner: runner},
+		Tool:       &cnmon.Client{Runner: runner, SMLU: syntax},
 		SysfsRoot:  o.SysfsRoot,
 		ProcRoot:   o.ProcRoot,
 		DevRoot:    o.DevRoot,

@@ -12,10 +12,11 @@ import (
 // SMLUSyntax builds the argument lists of cnmon's sMLU commands. No public
 // source shows cnmon's sMLU subcommand (Cambricon's CNMon manual is behind
 // its developer portal; its device plugin, HAMi and Koordinator drive sMLU
-// through the cnDev library, not cnmon), so DefaultSMLUSyntax is this
-// package's choice, kept in one place so that a host whose cnmon spells
-// it differently is a matter of configuration: see the package
-// documentation.
+// through the cnDev library, not cnmon), and no capture of it from a real
+// host exists: DefaultSMLUSyntax is this package's choice, kept in one
+// place so that a host whose cnmon spells it differently is a matter of
+// configuration at run time (the plugin's --smlu-*-args flags, through
+// ParseSMLUSyntax): see the package documentation.
 type SMLUSyntax struct {
 	// Info lists a card's sMLU mode and instances (ParseSMLUInfo).
 	Info func(card int) []string

@@ -34,8 +34,11 @@
 //     behind Cambricon's developer portal; the device plugin, HAMi and
 //     Koordinator drive sMLU through the cnDev library). DefaultSMLUSyntax
 //     and the listing and messages of the testdata are this package's, in
-//     cnmon's own option and listing styles, and can be replaced through
-//     Client.SMLU once checked on a real host. What they carry follows the
+//     cnmon's own option and listing styles; no capture of them from a
+//     real host exists. The arguments can be replaced at run time
+//     (ParseSMLUSyntax; the plugin's --smlu-info-args, --smlu-create-args
+//     and --smlu-destroy-args) once checked on a real host; the listing and
+//     messages are still parsed as this package expects them. What they carry follows the
 //     driver's sMLU sources (smlu/smlu_core.c, smlu/smlu_cgroup.c) and
 //     cnDev's cndevSMluInfo_t: an instance has an MLU quota in percent
 //     (the card's total is 100) and a memory size, each refused when it

@@ -4,7 +4,9 @@ switches a card's sMLU mode on and creates a claim's sMLU when it is
 prepared and destroys it when it is released. cnmon is mounted read-only
 at its host path (--cnmon), where the CDI specs also name it for the
 containers that get it. --smlu-memory-unit is the step of the cards'
-vmemory capacity.
+vmemory capacity. sMLUs are experimental: no public capture of cnmon's
+sMLU syntax exists, so its arguments are configured (driver.smlu,
+--smlu-*-args) with Strata's guess as the default.
 PCI topology comes from sysfs and device majors from /proc/devices, which
 the privileged container sees as the host's; device nodes are named by
 their host paths in the CDI specs (--dev-root=/). The plugin asks cnmon
@@ -17,6 +19,9 @@ the plugin. */}}
 - --cnmon={{ .p.driver.cnmon }}
 - --vendor-tool-timeout={{ .p.driver.vendorToolTimeout }}
 - --smlu-memory-unit={{ .p.driver.smluMemoryUnit }}
+- {{ printf "--smlu-info-args=%s" .p.driver.smlu.infoArgs | quote }}
+- {{ printf "--smlu-create-args=%s" .p.driver.smlu.createArgs | quote }}
+- {{ printf "--smlu-destroy-args=%s" .p.driver.smlu.destroyArgs | quote }}
 {{- end -}}
 
 {{- define "strata.plugin.cambricon.env" -}}
