@@ -167,6 +167,15 @@ func (e *env) countStarted() int {
 // not overlap, shares never exceed the GPU.
 func (e *env) checkNoDoubleAllocation(layout map[string]physical) {
 	e.t.Helper()
+	for _, problem := range e.doubleAllocations(layout, nil) {
+		e.t.Error(problem)
+	}
+}
+
+// doubleAllocations lists how the allocated claims (those whose UID is in
+// only, when it is set) over-commit a GPU.
+func (e *env) doubleAllocations(layout map[string]physical, only map[string]bool) []string {
+	e.t.Helper()
 	claims, err := e.client.ResourceV1().ResourceClaims("default").List(e.ctx, metav1.ListOptions{})
 	if err != nil {
 		e.t.Fatal(err)
@@ -177,9 +186,10 @@ func (e *env) checkNoDoubleAllocation(layout map[string]physical) {
 		capacity      int64
 		slices        map[int64]string
 	}
+	var problems []string
 	uses := map[string]*use{}
 	for _, c := range claims.Items {
-		if c.Status.Allocation == nil {
+		if c.Status.Allocation == nil || (only != nil && !only[string(c.UID)]) {
 			continue
 		}
 		for _, r := range c.Status.Allocation.Devices.Results {
@@ -204,7 +214,7 @@ func (e *env) checkNoDoubleAllocation(layout map[string]physical) {
 			case "mig":
 				for s := p.start; s < p.start+p.size; s++ {
 					if other, taken := u.slices[s]; taken {
-						e.t.Errorf("%s memory slice %d given to %s and %s", p.gpu, s, other, c.Name)
+						problems = append(problems, fmt.Sprintf("%s memory slice %d given to %s and %s", p.gpu, s, other, c.Name))
 					}
 					u.slices[s] = c.Name
 				}
@@ -213,7 +223,12 @@ func (e *env) checkNoDoubleAllocation(layout map[string]physical) {
 	}
 	for gpu, u := range uses {
 		if u.cores > 100 || u.memory > u.capacity || (u.claims > 0 && len(u.slices) > 0) {
-			e.t.Errorf("%s double-allocated: %d claims on the GPU (%d cores, %d of %d bytes), %d MIG slices", gpu, u.claims, u.cores, u.memory, u.capacity, len(u.slices))
+			problems = append(problems, fmt.Sprintf("%s double-allocated: %d claims on the GPU (%d cores, %d of %d bytes), %d MIG slices", gpu, u.claims, u.cores, u.memory, u.capacity, len(u.slices)))
 		}
 	}
+	return problems
 }
+
+// gpuOfDevice names the GPU a device is carved from ("gpu-3" of
+// "gpu-3-mig-1g10gb-0").
+func gpuOfDevice(name string) string { return strings.SplitN(name, "-mig-", 2)[0] }
