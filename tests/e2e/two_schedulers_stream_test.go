@@ -202,4 +202,3 @@ func streamLayout(e *env, nodes []string) map[string]physical {
 	}
 	return layout
 }
-
