@@ -73,7 +73,7 @@ func FuzzReadPort(f *testing.F) {
 			if d == (devNumber{}) && what == "umad" {
 				continue
 			}
-			if d.major <= 0 || d.minor < 0 || d.minor >= 1<<20 {
+			if d.major <= 0 || d.major > 4095 || d.minor < 0 || d.minor >= 1<<20 {
 				t.Errorf("%s device number %d:%d from %q", what, d.major, d.minor, map[string]string{"uverbs": verbsDev, "umad": umadDev}[what])
 			}
 		}
