@@ -200,6 +200,7 @@ func (hw *NodeHardware) startAscend(ctx context.Context, env node.PluginEnv) (no
 	o.SysfsRoot = filepath.Join(hw.machineDir(env), hardware.SysDir)
 	o.ProcRoot = filepath.Join(hw.machineDir(env), hardware.ProcDir)
 	o.DevRoot = env.Root
+	o.HealthInterval = HealthInterval
 	return ascendapp.Start(ctx, o, env.Client, ascendapp.Host{NPUSMI: hw.NPUSMI, Events: env.Events})
 }
 
@@ -214,6 +215,7 @@ func (hw *NodeHardware) startCambricon(ctx context.Context, env node.PluginEnv) 
 	// The node's sMLU capability nodes, listed as the kernel lists them.
 	o.DevCharDir = filepath.Join(env.Root, hardware.SysDir, "dev", "char")
 	hw.CNMON.PublishCapabilityNodes(o.DevCharDir, hardware.CambriconCapMajor)
+	o.HealthInterval = HealthInterval
 	return cambriconapp.Start(ctx, o, env.Client, cambriconapp.Host{CNMON: hw.CNMON, Events: env.Events})
 }
 

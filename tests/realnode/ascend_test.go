@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -62,10 +63,13 @@ func ascendNode(t *testing.T) (*env, *realnode.Node, *ascendMachine) {
 // node, its driver paths and hardware roots pointing at the fake machine.
 func ascendDaemonSet(t *testing.T, n *realnode.Node, hw *ascendMachine) *appsv1.DaemonSet {
 	return pluginDaemonSet(t, n, "ascend", map[string]any{"plugins": map[string]any{"ascend": map[string]any{
+		// Short, for the hung-tool and health tests.
+		"healthInterval": "2s",
 		"driver": map[string]any{
-			"root":   hw.path("usr/local/Ascend/driver"),
-			"npuSmi": hw.path("usr/local/bin/npu-smi"),
-			"dcmi":   hw.path("usr/local/dcmi"),
+			"root":              hw.path("usr/local/Ascend/driver"),
+			"npuSmi":            hw.path("usr/local/bin/npu-smi"),
+			"dcmi":              hw.path("usr/local/dcmi"),
+			"vendorToolTimeout": ascendToolTimeout.String(),
 		},
 		"extraArgs": []any{"--sysfs-root=" + hw.path(hardware.SysDir), "--proc-root=" + hw.path(hardware.ProcDir), "--dev-root=" + hw.root,
 			"--boot-id-path=" + hw.path(hardware.BootIDFile)},
@@ -73,6 +77,18 @@ func ascendDaemonSet(t *testing.T, n *realnode.Node, hw *ascendMachine) *appsv1.
 }
 
 func (m *ascendMachine) path(rel string) string { return filepath.Join(m.root, rel) }
+
+// ascendToolTimeout is the suite's npu-smi deadline.
+const ascendToolTimeout = 8 * time.Second
+
+// npuSMI runs the machine's fake npu-smi on the host, as the tests drive
+// the fake hardware ("strata-fake" commands).
+func (m *ascendMachine) npuSMI(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(m.path("usr/local/bin/npu-smi"), args...).CombinedOutput(); err != nil {
+		t.Fatalf("npu-smi %v: %v: %s", args, err, out)
+	}
+}
 
 func writeAscendMachine(root, npuSMI string) (*ascendMachine, error) {
 	m := hardware.AtlasA2()

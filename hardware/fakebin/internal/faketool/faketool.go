@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -71,6 +72,9 @@ func (p Program) run(args []string) ([]byte, int, error) {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, 0, fmt.Errorf("%s.json: %w", self, err)
 	}
+	if len(args) == 3 && args[0] == fakeCommand && args[1] == "hang" {
+		return nil, 0, hang(s.State, args[2])
+	}
 	// One call at a time, as the driver serialises changes.
 	lock, err := os.OpenFile(s.State+".lock", os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
@@ -79,6 +83,9 @@ func (p Program) run(args []string) ([]byte, int, error) {
 	defer lock.Close()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		return nil, 0, err
+	}
+	if len(args) == 0 || args[0] != fakeCommand {
+		hung(s.State)
 	}
 	fresh, err := p.New(s)
 	if err != nil {
@@ -100,4 +107,31 @@ func (p Program) run(args []string) ([]byte, int, error) {
 		return out, 0, p.Sync(s, fresh)
 	}
 	return out, 0, nil
+}
+
+// fakeCommand starts the fakes' own commands, which no real tool has.
+const fakeCommand = "strata-fake"
+
+// hang makes every real command of the program wedge for the given
+// duration from now ("<tool> strata-fake hang 60s"; "0s" ends it), as a
+// tool stuck in the driver does: it does not answer, and the calls behind
+// it wait.
+func hang(state, duration string) error {
+	d, err := time.ParseDuration(duration)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(state+".hang", []byte(time.Now().Add(d).Format(time.RFC3339Nano)), 0o644)
+}
+
+// hung sleeps while a hang is set.
+func hung(state string) {
+	raw, err := os.ReadFile(state + ".hang")
+	if err != nil {
+		return
+	}
+	until, err := time.Parse(time.RFC3339Nano, string(raw))
+	if err == nil && time.Now().Before(until) {
+		time.Sleep(time.Until(until))
+	}
 }
