@@ -111,6 +111,12 @@ func (s *checkpointStore) load() (*checkpointData, error) {
 	if data.Claims == nil {
 		data.Claims = map[types.UID]*ClaimState{}
 	}
+	for uid, c := range data.Claims {
+		// Recovery looks claims up by their UID and reads their phase.
+		if c == nil || c.UID != uid {
+			return nil, fmt.Errorf("%w %s: claim entry %q does not describe that claim", ErrCorruptCheckpoint, s.path, uid)
+		}
+	}
 	s.seen = file.Checksum
 	return data, nil
 }

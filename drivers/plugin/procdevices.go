@@ -9,6 +9,12 @@ import (
 	"strings"
 )
 
+// MaxMajor is the largest device major number (12 bits).
+const MaxMajor = 1<<12 - 1
+
+// MaxMinor is the largest device minor number (20 bits).
+const MaxMinor = 1<<20 - 1
+
 // CharDeviceMajors reads the character device majors the kernel's drivers
 // registered, by name, from <procRoot>/devices. Drivers whose majors are
 // dynamic (most accelerator drivers) are only found there.
@@ -31,7 +37,8 @@ func CharDeviceMajors(procRoot string) (map[string]int64, error) {
 			continue
 		}
 		n, err := strconv.ParseInt(fields[0], 10, 64)
-		if err != nil {
+		if err != nil || n < 0 || n > MaxMajor {
+			// Not a major the kernel can give: a line of something else.
 			continue
 		}
 		out[fields[1]] = n

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/strata-sh/strata/drivers/pci"
+	"github.com/strata-sh/strata/drivers/plugin"
 )
 
 // port is one RDMA device as sysfs shows it: a NIC's physical function
@@ -235,7 +237,8 @@ func readDevFile(path string) (devNumber, error) {
 		return devNumber{}, err
 	}
 	var d devNumber
-	if _, err := fmt.Sscanf(strings.TrimSpace(string(raw)), "%d:%d", &d.major, &d.minor); err != nil {
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(raw)), "%d:%d", &d.major, &d.minor); err != nil ||
+		d.major < 0 || d.major > plugin.MaxMajor || d.minor < 0 || d.minor > plugin.MaxMinor {
 		return devNumber{}, fmt.Errorf("%s: %q is not major:minor", path, strings.TrimSpace(string(raw)))
 	}
 	return d, nil
@@ -264,7 +267,8 @@ func parseRate(s string) int64 {
 		return 0
 	}
 	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
+	// No port runs faster than a petabit: anything else is not a rate.
+	if err != nil || math.IsNaN(v) || v < 0 || v > 1e6 {
 		return 0
 	}
 	switch f[1] {

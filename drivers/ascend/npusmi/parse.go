@@ -55,7 +55,9 @@ func number(what, line, s string) (int, error) {
 		return 0, nil
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+	// Past 2^31 no count or size npu-smi prints is meant; the conversion
+	// to int would not be either.
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) || math.Abs(f) > math.MaxInt32 {
 		return 0, fmt.Errorf("npu-smi %s: %q in line %q is not a number", what, s, strings.TrimSpace(line))
 	}
 	return int(math.Round(f)), nil
@@ -159,9 +161,9 @@ func ParseMapping(out []byte) ([]MappingEntry, error) {
 			var err error
 			switch c {
 			case "NPU ID":
-				e.Card, err = atoi(what, line, f[i])
+				e.Card, err = id(what, line, f[i])
 			case "Chip ID":
-				e.Chip, err = atoi(what, line, f[i])
+				e.Chip, err = id(what, line, f[i])
 			case "Chip Logic ID":
 				e.LogicID, err = idOrDash(what, line, f[i])
 			case "Chip Phy-ID":
@@ -169,6 +171,14 @@ func ParseMapping(out []byte) ([]MappingEntry, error) {
 			}
 			if err != nil {
 				return nil, err
+			}
+		}
+		for _, seen := range entries {
+			if seen.Card == e.Card && seen.Chip == e.Chip {
+				return nil, fmt.Errorf("npu-smi %s: NPU %d chip %d listed twice", what, e.Card, e.Chip)
+			}
+			if e.LogicID >= 0 && seen.LogicID == e.LogicID {
+				return nil, fmt.Errorf("npu-smi %s: logic id %d listed twice", what, e.LogicID)
 			}
 		}
 		entries = append(entries, e)
@@ -183,7 +193,16 @@ func idOrDash(what, line, s string) (int, error) {
 	if s == "-" {
 		return -1, nil
 	}
-	return atoi(what, line, s)
+	return id(what, line, s)
+}
+
+// id reads an NPU, chip or logic id: a number, not negative.
+func id(what, line, s string) (int, error) {
+	n, err := atoi(what, line, s)
+	if err == nil && n < 0 {
+		return 0, fmt.Errorf("npu-smi %s: id %q in line %q is negative", what, s, strings.TrimSpace(line))
+	}
+	return n, err
 }
 
 var multiSpace = regexp.MustCompile(`\s{2,}|\t`)
@@ -531,6 +550,9 @@ func parseResource(what, line, cell string) (Resource, error) {
 	t, err := atoi(what, line, total)
 	if err != nil {
 		return Resource{}, err
+	}
+	if f > t {
+		return Resource{}, fmt.Errorf("npu-smi %s: %q in line %q has more free than in total", what, cell, strings.TrimSpace(line))
 	}
 	return Resource{Free: f, Total: t}, nil
 }

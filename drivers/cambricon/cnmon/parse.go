@@ -177,6 +177,11 @@ func ParseSummary(out []byte) (Summary, error) {
 			if err := parseSummaryRow2(what, line, c, head2, pending); err != nil {
 				return Summary{}, err
 			}
+			for _, seen := range s.Cards {
+				if seen.Index == pending.Index {
+					return Summary{}, fmt.Errorf("cnmon %s: card %d is listed twice", what, pending.Index)
+				}
+			}
 			s.Cards = append(s.Cards, *pending)
 			pending = nil
 		}
@@ -461,9 +466,7 @@ func ParseCreateSMLU(out []byte) (card, id int, err error) {
 	if m == nil {
 		return -1, -1, commandFailure("smlu create", out)
 	}
-	id, _ = strconv.Atoi(string(m[1]))
-	card, _ = strconv.Atoi(string(m[2]))
-	return card, id, nil
+	return reportedIDs("smlu create", m)
 }
 
 // ParseDestroySMLU checks the output of an sMLU destruction and returns
@@ -473,7 +476,18 @@ func ParseDestroySMLU(out []byte) (card, id int, err error) {
 	if m == nil {
 		return -1, -1, commandFailure("smlu destroy", out)
 	}
-	id, _ = strconv.Atoi(string(m[1]))
-	card, _ = strconv.Atoi(string(m[2]))
+	return reportedIDs("smlu destroy", m)
+}
+
+// reportedIDs reads the instance id and card of an sMLU command's report.
+func reportedIDs(what string, m [][]byte) (card, id int, err error) {
+	id, err = strconv.Atoi(string(m[1]))
+	if err != nil {
+		return -1, -1, fmt.Errorf("cnmon %s: instance id %q: %w", what, m[1], err)
+	}
+	card, err = strconv.Atoi(string(m[2]))
+	if err != nil {
+		return -1, -1, fmt.Errorf("cnmon %s: card %q: %w", what, m[2], err)
+	}
 	return card, id, nil
 }
