@@ -15,8 +15,9 @@ import (
 
 // TaintUnhealthy is the taint on every device of a chip that npu-smi
 // reports unhealthy (Health Status Alarm or Critical) or that npu-smi
-// cannot query. Its value is the reason: the state and the first fault
-// code ("Alarm-80E01801"), or ToolError.
+// cannot query. Its value is the reason: the state and its fault codes
+// ("Alarm-80E01801"), cut to a label value's 63 characters, or
+// ToolError.
 const TaintUnhealthy = DriverName + "/unhealthy"
 
 // reasonToolError is the taint value of a chip npu-smi fails to query.

@@ -2,6 +2,7 @@ package nvidia
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -44,7 +45,7 @@ func (e ExecMPS) Start(ctx context.Context, gpuUUID, pipeDir, logDir string) err
 	defer cancel()
 	cmd := toolCommand(ctx, e.binary(), "-d")
 	cmd.Env = toolEnv(e.LibraryDir, "CUDA_VISIBLE_DEVICES="+gpuUUID, "CUDA_MPS_PIPE_DIRECTORY="+pipeDir, "CUDA_MPS_LOG_DIRECTORY="+logDir)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := runTool(cmd); err != nil {
 		return fmt.Errorf("%s -d: %w: %s", e.binary(), err, strings.TrimSpace(string(out)))
 	}
 	return nil
@@ -57,7 +58,7 @@ func (e ExecMPS) Stop(ctx context.Context, _, pipeDir string) error {
 	cmd := toolCommand(ctx, e.binary())
 	cmd.Env = toolEnv(e.LibraryDir, "CUDA_MPS_PIPE_DIRECTORY="+pipeDir)
 	cmd.Stdin = strings.NewReader("quit\n")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := runTool(cmd); err != nil {
 		return fmt.Errorf("%s quit: %w: %s", e.binary(), err, strings.TrimSpace(string(out)))
 	}
 	return nil
@@ -87,6 +88,17 @@ func toolCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
 	return cmd
+}
+
+// runTool runs cmd and returns what it printed. A program that exited
+// cleanly but left a child holding its output open (a daemon it started)
+// succeeded: that is what ErrWaitDelay reports then.
+func runTool(cmd *exec.Cmd) ([]byte, error) {
+	out, err := cmd.CombinedOutput()
+	if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success() {
+		err = nil
+	}
+	return out, err
 }
 
 // toolEnv is the environment of an NVIDIA program: the plugin's, the

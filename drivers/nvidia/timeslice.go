@@ -40,7 +40,7 @@ func (e ExecTimeSlice) SetTimeSlice(ctx context.Context, gpuUUID string, n int) 
 	defer cancel()
 	cmd := toolCommand(ctx, bin, "compute-policy", "-i", gpuUUID, "--set-timeslice", strconv.Itoa(n))
 	cmd.Env = toolEnv(e.LibraryDir)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := runTool(cmd); err != nil {
 		return fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil

@@ -112,3 +112,17 @@ func TestHAMiCoreCheckedBeforeUse(t *testing.T) {
 		t.Errorf("HAMi share with a shared library: %v", err)
 	}
 }
+
+// TestToolThatLeavesADaemon: nvidia-cuda-mps-control -d exits at once
+// and leaves its daemon running; a daemon that keeps the program's
+// output open does not turn that success into an error.
+func TestToolThatLeavesADaemon(t *testing.T) {
+	dir := t.TempDir()
+	tool := filepath.Join(dir, "nvidia-cuda-mps-control")
+	if err := os.WriteFile(tool, []byte("#!/bin/sh\nsleep 3 &\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := (ExecMPS{Binary: tool, StateDir: dir}).Start(context.Background(), "GPU-1", filepath.Join(dir, "pipe"), filepath.Join(dir, "log")); err != nil {
+		t.Errorf("a control program that started its daemon and exited 0: %v", err)
+	}
+}
