@@ -25,7 +25,7 @@ HEAVY_PKGS = $(shell $(GO) list -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}'
 RACE_HEAVY = github.com/strata-sh/strata/scheduler-plugins/gang
 RACE_PKGS = $(filter-out $(HEAVY_PKGS),$(ALL_PKGS)) $(RACE_HEAVY)
 
-.PHONY: all build demo demo-real test unit e2e realnode realnode-tools generate verify bench bench-full bench-sim replay replay-framework images clean
+.PHONY: all build demo demo-real test unit e2e realnode realnode-tools fuzz generate verify bench bench-full bench-sim replay replay-framework images clean
 
 all: build
 
@@ -69,6 +69,14 @@ realnode:
 	@tools=$$(bash hack/realnode/install.sh) && start=$$(date +%s) && \
 	STRATA_REALNODE_TOOLS="$$tools" $(GO) test -count=1 -timeout 30m ./tests/realnode; rc=$$?; \
 	echo "real-node suite: $$(( $$(date +%s) - start )) s"; exit $$rc
+
+## fuzz: every fuzz target of the repository for FUZZTIME each, one at a
+## time (temporary files on tmpfs: the checkpoint targets fsync). Not part
+## of make test; what a run finds lands under the package's testdata/fuzz.
+FUZZTIME ?= 60s
+
+fuzz:
+	@for f in $$(grep -rl --include='*_test.go' '^func Fuzz' drivers api scheduler-plugins hardware controller internal); do 	  d=$$(dirname $$f); for n in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$f | cut -c6-); do 	    echo "== $$d $$n"; TMPDIR=/dev/shm $(GO) test ./$$d -run '^$$' -fuzz "^$$n\$$" -fuzztime $(FUZZTIME) || exit 1; 	  done; done
 
 ## bench-sim: strata-sim boot time, settle time and peak memory for
 ## clusters of SIM_BENCH_NODES DGX H100 nodes, one process per size so
