@@ -58,26 +58,38 @@ func (id Identity) Config(admin *restclient.Config) *restclient.Config {
 // The simulated cluster has no Service network: a webhook Service is
 // reached at the address its in-process server listens on. Routes are
 // process-wide, as the API server's resolver hook is.
+// A Service routed by two clusters of one process (a test running
+// strata-sim beside its own cluster) goes to the latest, and back to the
+// earlier one when the latest goes.
 var (
 	routesMu      sync.Mutex
-	routes        = map[string]*url.URL{}
+	routes        = map[string][]*url.URL{}
 	resolverSetUp sync.Once
 )
 
 // RouteService makes the API servers of this process reach port of
 // Service namespace/name at target (https://127.0.0.1:PORT). The returned
-// function removes the route.
+// function removes the route, restoring the one it replaced.
 func RouteService(namespace, name string, port int32, target *url.URL) func() {
 	key := fmt.Sprintf("%s/%s:%d", namespace, name, port)
 	routesMu.Lock()
-	routes[key] = target
+	routes[key] = append(routes[key], target)
 	routesMu.Unlock()
 	return func() {
 		routesMu.Lock()
-		if routes[key] == target {
-			delete(routes, key)
+		defer routesMu.Unlock()
+		stack := routes[key]
+		for i := len(stack) - 1; i >= 0; i-- {
+			if stack[i] == target {
+				stack = append(stack[:i:i], stack[i+1:]...)
+				break
+			}
 		}
-		routesMu.Unlock()
+		if len(stack) == 0 {
+			delete(routes, key)
+		} else {
+			routes[key] = stack
+		}
 	}
 }
 
@@ -87,8 +99,8 @@ type serviceRoutes struct{}
 func (serviceRoutes) ResolveEndpoint(namespace, name string, port int32) (*url.URL, error) {
 	routesMu.Lock()
 	defer routesMu.Unlock()
-	if u, ok := routes[fmt.Sprintf("%s/%s:%d", namespace, name, port)]; ok {
-		return u, nil
+	if stack := routes[fmt.Sprintf("%s/%s:%d", namespace, name, port)]; len(stack) > 0 {
+		return stack[len(stack)-1], nil
 	}
 	return nil, fmt.Errorf("service %s/%s port %d has no endpoint in the simulated cluster", namespace, name, port)
 }
