@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strata-sh/strata/drivers/accelerator"
 	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/pci"
 	"github.com/strata-sh/strata/drivers/plugin"
@@ -97,7 +98,7 @@ type Backend struct {
 	devs  map[string]*device
 	major majors
 
-	health healthState
+	health accelerator.Health
 }
 
 var (

@@ -81,7 +81,7 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 	}
 	inv := &plugin.Inventory{}
 	b.devs = map[string]*device{}
-	health := b.health.snapshot()
+	health := b.health.Snapshot()
 	for _, n := range b.npus {
 		usable, foreign, err := b.chipResourcesLocked(ctx, n, ledger)
 		if err != nil && ctx.Err() != nil {

@@ -3,7 +3,6 @@ package ascend
 import (
 	"context"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -165,22 +164,5 @@ func TestWatchHealth(t *testing.T) {
 	<-done
 	if got := taints(t, ctx, b); len(got) != 0 {
 		t.Errorf("taints %v after recovery", got)
-	}
-}
-
-func TestTaintValueIsALabelValue(t *testing.T) {
-	for _, c := range []struct {
-		words []string
-		want  string
-	}{
-		{[]string{"Alarm", "80E01801"}, "Alarm-80E01801"},
-		{[]string{"Critical"}, "Critical"},
-		{[]string{"Bad state!", "x/y"}, "Bad-state--x-y"},
-		{[]string{"", "?"}, "Unhealthy"},
-		{[]string{strings.Repeat("A", 70)}, strings.Repeat("A", 63)},
-	} {
-		if got := taintValue(c.words); got != c.want {
-			t.Errorf("taintValue(%q) = %q, want %q", c.words, got, c.want)
-		}
 	}
 }

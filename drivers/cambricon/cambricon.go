@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strata-sh/strata/drivers/accelerator"
 	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
 	"github.com/strata-sh/strata/drivers/pci"
 	"github.com/strata-sh/strata/drivers/plugin"
@@ -102,7 +103,7 @@ type Backend struct {
 	byName map[string]*card
 	major  majors
 
-	health healthState
+	health accelerator.Health
 }
 
 var (

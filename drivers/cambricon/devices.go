@@ -42,7 +42,7 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 		return nil, err
 	}
 	inv := &plugin.Inventory{}
-	health := b.health.snapshot()
+	health := b.health.Snapshot()
 	for _, c := range b.cards {
 		info, err := b.cfg.Tool.SMLUInfo(ctx, c.Index)
 		if err != nil && ctx.Err() != nil {

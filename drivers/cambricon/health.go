@@ -2,14 +2,12 @@ package cambricon
 
 import (
 	"context"
-	"maps"
-	"strings"
-	"sync"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/strata-sh/strata/drivers/accelerator"
 	"github.com/strata-sh/strata/drivers/plugin"
 )
 
@@ -19,46 +17,11 @@ import (
 // ("Device-Bad") or ToolError.
 const TaintUnhealthy = DriverName + "/unhealthy"
 
-// reasonToolError is the taint value of a card cnmon fails to query.
-const reasonToolError = "ToolError"
-
 // DefaultHealthInterval is how often the app polls the cards' health:
 // one cnmon info run per card each time.
 const DefaultHealthInterval = 30 * time.Second
 
 var _ plugin.HealthWatcher = (*Backend)(nil)
-
-// healthState holds why each card is unhealthy, by index; a card that is
-// not there is healthy. It has its own lock so that a probe, which runs
-// cnmon, never waits for a prepare holding the backend's.
-type healthState struct {
-	mu     sync.Mutex
-	reason map[int]string
-}
-
-// set records a card's reason ("" healthy) and reports a change.
-func (s *healthState) set(card int, reason string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.reason == nil {
-		s.reason = map[int]string{}
-	}
-	if s.reason[card] == reason {
-		return false
-	}
-	if reason == "" {
-		delete(s.reason, card)
-	} else {
-		s.reason[card] = reason
-	}
-	return true
-}
-
-func (s *healthState) snapshot() map[int]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return maps.Clone(s.reason)
-}
 
 // WatchHealth implements plugin.HealthWatcher: every HealthInterval it
 // reads each card's Health State with cnmon info -c N and calls changed
@@ -67,21 +30,9 @@ func (s *healthState) snapshot() map[int]string {
 // alone; the others keep serving. A card Discover could not read is
 // retried each time. A zero interval watches nothing.
 func (b *Backend) WatchHealth(ctx context.Context, changed func()) {
-	if b.cfg.HealthInterval <= 0 {
-		return
-	}
-	t := time.NewTicker(b.cfg.HealthInterval)
-	defer t.Stop()
-	for {
-		if b.probeHealth(ctx) || b.discoverFailed() {
-			changed()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	accelerator.PollHealth(ctx, b.cfg.HealthInterval, func(ctx context.Context) bool {
+		return b.probeHealth(ctx) || b.discoverFailed()
+	}, changed)
 }
 
 // probeHealth queries every card and reports whether any changed.
@@ -99,7 +50,7 @@ func (b *Backend) probeHealth(ctx context.Context) bool {
 		reason := ""
 		switch {
 		case err != nil:
-			reason = reasonToolError
+			reason = accelerator.ToolError
 		case !h.Healthy():
 			var words []string
 			if h.Device != "Good" {
@@ -108,9 +59,9 @@ func (b *Backend) probeHealth(ctx context.Context) bool {
 			if h.Driver != "Running" {
 				words = append(words, "Driver", h.Driver)
 			}
-			reason = taintValue(words)
+			reason = accelerator.TaintValue(words)
 		}
-		if !b.health.set(c.Index, reason) {
+		if !b.health.Set(c.Index, reason) {
 			continue
 		}
 		changed = true
@@ -142,30 +93,7 @@ func (b *Backend) discoverFailed() bool {
 func (b *Backend) taintsLocked(c *card, health map[int]string) []resourceapi.DeviceTaint {
 	reason := health[c.Index]
 	if reason == "" && c.discoverErr != nil {
-		reason = reasonToolError
+		reason = accelerator.ToolError
 	}
-	if reason == "" {
-		return nil
-	}
-	return []resourceapi.DeviceTaint{{Key: TaintUnhealthy, Value: reason, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
-}
-
-// taintValue joins words into a taint value, which must be a label
-// value: at most 63 characters of [A-Za-z0-9_.-], alphanumeric at both
-// ends. Other characters become '-'.
-func taintValue(words []string) string {
-	v := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-' {
-			return r
-		}
-		return '-'
-	}, strings.Join(words, "-"))
-	if len(v) > 63 {
-		v = v[:63]
-	}
-	v = strings.Trim(v, "-_.")
-	if v == "" {
-		return "Unhealthy"
-	}
-	return v
+	return accelerator.UnhealthyTaints(TaintUnhealthy, reason)
 }
