@@ -173,60 +173,24 @@ func (e *env) checkNoDoubleAllocation(layout map[string]physical) {
 }
 
 // doubleAllocations lists how the allocated claims (those whose UID is in
-// only, when it is set) over-commit a GPU.
+// only, when it is set) over-commit a GPU of the layout.
 func (e *env) doubleAllocations(layout map[string]physical, only map[string]bool) []string {
 	e.t.Helper()
 	claims, err := e.client.ResourceV1().ResourceClaims("default").List(e.ctx, metav1.ListOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	type use struct {
-		claims        int
-		cores, memory int64
-		capacity      int64
-		slices        map[int64]string
-	}
-	var problems []string
-	uses := map[string]*use{}
+	var picked []resourceapi.ResourceClaim
 	for _, c := range claims.Items {
-		if c.Status.Allocation == nil || (only != nil && !only[string(c.UID)]) {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			p, ok := layout[r.Pool+"/"+r.Device]
-			if !ok {
-				e.t.Fatalf("claim %s got unknown device %s/%s", c.Name, r.Pool, r.Device)
-			}
-			u := uses[p.gpu]
-			if u == nil {
-				u = &use{slices: map[int64]string{}}
-				uses[p.gpu] = u
-			}
-			switch p.kind {
-			case "gpu":
-				// Whole GPUs consume all the memory, shares part of it;
-				// reserved cores never add up past 100.
-				u.claims++
-				c, m := r.ConsumedCapacity["cores"], r.ConsumedCapacity["memory"]
-				u.cores += c.Value()
-				u.memory += m.Value()
-				u.capacity = p.memory
-			case "mig":
-				for s := p.start; s < p.start+p.size; s++ {
-					if other, taken := u.slices[s]; taken {
-						problems = append(problems, fmt.Sprintf("%s memory slice %d given to %s and %s", p.gpu, s, other, c.Name))
-					}
-					u.slices[s] = c.Name
-				}
-			}
+		if only == nil || only[string(c.UID)] {
+			picked = append(picked, c)
 		}
 	}
-	for gpu, u := range uses {
-		if u.cores > 100 || u.memory > u.capacity || (u.claims > 0 && len(u.slices) > 0) {
-			problems = append(problems, fmt.Sprintf("%s double-allocated: %d claims on the GPU (%d cores, %d of %d bytes), %d MIG slices", gpu, u.claims, u.cores, u.memory, u.capacity, len(u.slices)))
-		}
+	places := testutil.GPULayout{}
+	for k, p := range layout {
+		places[k] = testutil.GPUPlace{GPU: p.gpu, MIG: p.kind == "mig", Start: p.start, Size: p.size, Memory: p.memory}
 	}
-	return problems
+	return testutil.GPUOverCommits(places, picked)
 }
 
 // gpuOfDevice names the GPU a device is carved from ("gpu-3" of
