@@ -360,6 +360,11 @@ func ParseInfo(out []byte) ([]Info, error) {
 				return nil, fmt.Errorf("cnmon %s: %s: PCI section gives %q, not a PCI address", what, b.line, bus)
 			}
 		}
+		for _, seen := range infos {
+			if seen.Card == info.Card {
+				return nil, fmt.Errorf("cnmon %s: card %d is listed twice", what, info.Card)
+			}
+		}
 		infos = append(infos, info)
 	}
 	return infos, nil
