@@ -322,9 +322,14 @@ func ParseCommon(out []byte) ([]CommonChip, error) {
 		case "NPU ID":
 			sawNPU = true
 		case "Chip ID":
-			n, err := atoi(what, line, v)
+			n, err := id(what, line, v)
 			if err != nil {
 				return nil, err
+			}
+			for _, c := range chips {
+				if c.Chip == n {
+					return nil, fmt.Errorf("npu-smi %s: chip %d listed twice", what, n)
+				}
 			}
 			chips = append(chips, CommonChip{Chip: n})
 			inChip = true
@@ -391,6 +396,11 @@ func ParseTemplates(out []byte) ([]Template, error) {
 					return nil, err
 				}
 				nums[i] = n
+			}
+			for _, t := range tmpls {
+				if t.Name == f[0] {
+					return nil, fmt.Errorf("npu-smi %s: template %s listed twice", what, f[0])
+				}
 			}
 			tmpls = append(tmpls, Template{Name: f[0], AICores: nums[0], MemoryMB: int64(nums[1]) * 1024,
 				AICPU: nums[2], VPC: nums[3], VENC: nums[4], JPEGD: nums[5]})
