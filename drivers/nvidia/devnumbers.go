@@ -69,7 +69,9 @@ func parseMIGMinors(raw []byte) map[string]int64 {
 		if len(fields) != 2 {
 			continue
 		}
-		if n, err := strconv.ParseInt(fields[1], 10, 64); err == nil {
+		// A minor past the kernel's range is not one (skipped, as a
+		// line of something else is).
+		if n, err := strconv.ParseInt(fields[1], 10, 64); err == nil && n >= 0 && n <= plugin.MaxMinor {
 			out[fields[0]] = n
 		}
 	}
