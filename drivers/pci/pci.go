@@ -69,7 +69,8 @@ func (r *Reader) Lookup(busID string) (Topology, error) {
 	}
 	raw, err := fs.ReadFile(r.fsys, path.Join(devPath, "numa_node"))
 	if err == nil {
-		if n, perr := strconv.Atoi(strings.TrimSpace(string(raw))); perr == nil {
+		// -1 is the kernel's "no NUMA node"; anything below is no node.
+		if n, perr := strconv.Atoi(strings.TrimSpace(string(raw))); perr == nil && n >= -1 {
 			t.NUMANode = n
 		}
 	}
