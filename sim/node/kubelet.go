@@ -150,6 +150,19 @@ func (n *Node) prepare(ctx context.Context, pod *corev1.Pod, claims []podClaim) 
 			driversOf[pc.claim.UID] = append(driversOf[pc.claim.UID], d)
 		}
 	}
+	// Recorded before any driver is asked, as the kubelet records a claim
+	// before preparing it: a claim one driver prepared and another failed
+	// is still unprepared with every driver when its pod goes.
+	n.mu.Lock()
+	for _, pc := range claims {
+		entry := n.claims[pc.claim.UID]
+		if entry == nil {
+			entry = &preparedClaim{namespace: pc.claim.Namespace, name: pc.claim.Name, drivers: driversOf[pc.claim.UID], pods: map[types.UID]bool{}}
+			n.claims[pc.claim.UID] = entry
+		}
+		entry.pods[pod.UID] = true
+	}
+	n.mu.Unlock()
 	devices := preparedDevices{}
 	for _, driver := range sortedKeys(byDriver) {
 		client, err := n.clients.client(ctx, driver)
@@ -179,16 +192,6 @@ func (n *Node) prepare(ctx context.Context, pod *corev1.Pod, claims []podClaim) 
 			return nil, fmt.Errorf("prepare dynamic resources: %s", strings.Join(errs, "; "))
 		}
 	}
-	n.mu.Lock()
-	for _, pc := range claims {
-		entry := n.claims[pc.claim.UID]
-		if entry == nil {
-			entry = &preparedClaim{namespace: pc.claim.Namespace, name: pc.claim.Name, drivers: driversOf[pc.claim.UID], pods: map[types.UID]bool{}}
-			n.claims[pc.claim.UID] = entry
-		}
-		entry.pods[pod.UID] = true
-	}
-	n.mu.Unlock()
 	return devices, nil
 }
 
