@@ -92,6 +92,9 @@ type Backend struct {
 	cfg  Config
 	topo *pci.Reader
 
+	// ledger records the vNPUs the plugin made.
+	ledger *plugin.LedgerFile[vnpu, plugin.NoLedgerExtra]
+
 	mu    sync.Mutex
 	npus  []*npu
 	byPhy map[int]*npu
@@ -124,7 +127,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.StateDir == "" {
 		return nil, errors.New("a state directory is required")
 	}
-	b := &Backend{cfg: cfg, topo: pci.NewReader(cfg.SysfsRoot), byPhy: map[int]*npu{}}
+	b := &Backend{cfg: cfg, topo: pci.NewReader(cfg.SysfsRoot), ledger: newLedger(cfg.StateDir), byPhy: map[int]*npu{}}
 	var err error
 	if b.major, err = readMajors(cfg.ProcRoot); err != nil {
 		return nil, err

@@ -265,9 +265,9 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 	if got := tool.all(t); !slices.Equal(got, []string{"1/116:vir05_1c_16g", "6/200:vir05_1c_16g", "6/201:vir05_1c_16g"}) {
 		t.Errorf("vNPUs %v, want c1's and the operator's only", got)
 	}
-	ledger, err := b.readLedger()
-	if err != nil || len(ledger) != 1 || ledger[0].Claim != "c1" {
-		t.Errorf("ledger %+v (%v), want c1's entry only", ledger, err)
+	l, err := b.ledger.Load()
+	if err != nil || len(l.Instances) != 1 || l.Instances[0].Claim != "c1" {
+		t.Errorf("ledger %+v (%v), want c1's entry only", l, err)
 	}
 }
 

@@ -75,7 +75,7 @@ func counterSetName(n *npu) string { return npuName(n) }
 func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ledger, err := b.readLedger()
+	l, err := b.ledger.Load()
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 	b.devs = map[string]*device{}
 	health := b.health.Snapshot()
 	for _, n := range b.npus {
-		usable, foreign, err := b.chipResourcesLocked(ctx, n, ledger)
+		usable, foreign, err := b.chipResourcesLocked(ctx, n, l.Instances)
 		if err != nil && ctx.Err() != nil {
 			return nil, err // the caller gave up: no verdict on the chip
 		}

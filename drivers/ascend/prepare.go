@@ -40,17 +40,13 @@ type vnpu struct {
 	ID     int       `json:"id"`
 }
 
-func (b *Backend) ledgerPath() string { return filepath.Join(b.cfg.StateDir, ledgerFile) }
+// ClaimUID implements plugin.LedgerInstance.
+func (v vnpu) ClaimUID() types.UID { return v.Claim }
 
-func (b *Backend) readLedger() ([]vnpu, error) {
-	var out []vnpu
-	err := plugin.ReadJSONFile(b.ledgerPath(), &out)
-	return out, err
-}
-
-// writeLedger replaces the ledger atomically.
-func (b *Backend) writeLedger(entries []vnpu) error {
-	return plugin.WriteJSONAtomic(b.ledgerPath(), entries)
+// newLedger is the vNPU ledger in dir. It has been a bare list of vNPUs
+// from the start, and stays one so that an older release reads it.
+func newLedger(dir string) *plugin.LedgerFile[vnpu, plugin.NoLedgerExtra] {
+	return plugin.NewListLedgerFile[vnpu](filepath.Join(dir, ledgerFile))
 }
 
 // chipResourcesLocked returns what the chip's vNPUs may use in all (the
@@ -188,7 +184,7 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, d *de
 		return vnpu{}, fmt.Errorf("NPU %d: list vNPUs: %w", n.PhyID, err)
 	}
 	existing := info.VNPUs
-	ledger, err := b.readLedger()
+	l, err := b.ledger.Load()
 	if err != nil {
 		return vnpu{}, err
 	}
@@ -196,7 +192,7 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, d *de
 	for _, v := range existing {
 		used[v.ID] = true
 	}
-	for _, e := range ledger {
+	for _, e := range l.Instances {
 		if e.Card == n.Card && e.Chip == n.chipID() {
 			used[e.ID] = true
 		}
@@ -212,11 +208,16 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, d *de
 		return vnpu{}, fmt.Errorf("NPU %d: no free vNPU id", n.PhyID)
 	}
 	v := vnpu{Claim: claim.UID, Device: d.name, Card: n.Card, Chip: n.chipID(), ID: id}
-	if err := b.writeLedger(append(ledger, v)); err != nil {
+	before := len(l.Instances)
+	l.Instances = append(l.Instances, v)
+	if err := b.ledger.Save(l); err != nil {
 		return vnpu{}, fmt.Errorf("record vNPU: %w", err)
 	}
 	if _, err := b.cfg.Tool.CreateVNPU(ctx, n.Card, n.chipID(), d.template.Name, id); err != nil {
-		if lerr := b.writeLedger(ledger); lerr != nil {
+		// npu-smi made nothing: the entry goes now, as an unprepare
+		// would destroy by id alone whatever holds the id by then.
+		l.Instances = l.Instances[:before]
+		if lerr := b.ledger.Save(l); lerr != nil {
 			err = errors.Join(err, lerr)
 		}
 		return vnpu{}, fmt.Errorf("NPU %d: create vNPU %s: %w", n.PhyID, d.template.Name, err)
@@ -235,26 +236,7 @@ func (b *Backend) Unprepare(ctx context.Context, claim plugin.ClaimRef, devices 
 }
 
 func (b *Backend) unprepareLocked(ctx context.Context, claim plugin.ClaimRef, _ []plugin.PreparedDevice) error {
-	ledger, err := b.readLedger()
-	if err != nil {
-		return err
-	}
-	var keep []vnpu
-	var errs []error
-	for _, e := range ledger {
-		if e.Claim != claim.UID {
-			keep = append(keep, e)
-			continue
-		}
-		if err := b.destroy(ctx, e); err != nil {
-			errs = append(errs, err)
-			keep = append(keep, e)
-		}
-	}
-	if err := b.writeLedger(keep); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return b.ledger.Release(claim.UID, func(e vnpu) error { return b.destroy(ctx, e) }, nil)
 }
 
 // destroy removes a vNPU; one that is gone already is fine.
@@ -281,25 +263,7 @@ func (b *Backend) destroy(ctx context.Context, e vnpu) error {
 func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	live := map[types.UID]bool{}
-	for _, c := range prepared {
-		live[c.UID] = true
-	}
-	ledger, err := b.readLedger()
-	if err != nil {
-		return err
-	}
-	stale := map[types.UID]bool{}
-	for _, e := range ledger {
-		if !live[e.Claim] {
-			stale[e.Claim] = true
-		}
-	}
-	var errs []error
-	for uid := range stale {
-		errs = append(errs, b.unprepareLocked(ctx, plugin.ClaimRef{UID: uid}, nil))
-	}
-	return errors.Join(errs...)
+	return b.ledger.Reconcile(prepared, func(e vnpu) error { return b.destroy(ctx, e) }, nil)
 }
 
 // configHandler decodes NpuConfigs for the plugin core.

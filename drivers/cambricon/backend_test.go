@@ -165,7 +165,7 @@ func claim(uid string) plugin.ClaimRef {
 
 func readLedger(t *testing.T, b *Backend) *ledger {
 	t.Helper()
-	l, err := b.readLedger()
+	l, err := b.ledger.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +382,7 @@ func TestWholeCardPrepare(t *testing.T) {
 			if got := mounts(resp); !slices.Equal(got, []string{"/usr/bin/cnmon:/usr/bin/cnmon:ro,nosuid,nodev,bind"}) {
 				t.Errorf("mounts %q", got)
 			}
-			if l := readLedger(t, b); len(l.Instances) != 0 || len(l.SMLUOn) != 0 {
+			if l := readLedger(t, b); len(l.Instances) != 0 || len(l.Extra.SMLUOn) != 0 {
 				t.Errorf("ledger %+v", l)
 			}
 			if err := b.Unprepare(ctx, claim("c1"), resp.Devices); err != nil {
@@ -487,7 +487,7 @@ func TestSMLUCreatedOnPrepareAndDestroyedOnUnprepare(t *testing.T) {
 	want := instance{Claim: "c1", Device: "mlu-6", ShareID: ptr.To(types.UID("c1-share-0")), Card: 6, ID: 1, VCore: 10, MemoryMB: 1024}
 	if len(l.Instances) != 1 || l.Instances[0].Claim != want.Claim || l.Instances[0].Device != want.Device || *l.Instances[0].ShareID != *want.ShareID ||
 		l.Instances[0].Card != want.Card || l.Instances[0].ID != want.ID || l.Instances[0].VCore != want.VCore || l.Instances[0].MemoryMB != want.MemoryMB ||
-		!slices.Equal(l.SMLUOn, []int{6}) {
+		!slices.Equal(l.Extra.SMLUOn, []int{6}) {
 		t.Errorf("ledger %+v, want %+v and card 6 switched on", l, want)
 	}
 	// The plugin's own instance is the claim's: the card is published
@@ -505,7 +505,7 @@ func TestSMLUCreatedOnPrepareAndDestroyedOnUnprepare(t *testing.T) {
 	if tool.smluOn(t, 6) {
 		t.Error("sMLU mode of card 6 is still on after its last share went")
 	}
-	if l := readLedger(t, b); len(l.Instances) != 0 || len(l.SMLUOn) != 0 {
+	if l := readLedger(t, b); len(l.Instances) != 0 || len(l.Extra.SMLUOn) != 0 {
 		t.Errorf("ledger after unprepare %+v", l)
 	}
 	before := tool.ran()
@@ -602,7 +602,7 @@ func TestSharesNeverOvercommitACard(t *testing.T) {
 	if tool.smluOn(t, 8) {
 		t.Error("sMLU mode of card 8 stays on after a failed prepare")
 	}
-	if l := readLedger(t, b); len(l.Instances) != 1 || !slices.Equal(l.SMLUOn, []int{4}) {
+	if l := readLedger(t, b); len(l.Instances) != 1 || !slices.Equal(l.Extra.SMLUOn, []int{4}) {
 		t.Errorf("ledger %+v, want c1's instance and card 4 on", l)
 	}
 	want := []string{"set -c 8 -smlu on", "smlu -c 8 -create -mlu 60 -mem 1024", "smlu -c 8 -create -mlu 50 -mem 1024", "smlu -c 8 -destroy 1", "set -c 8 -smlu off"}
@@ -626,7 +626,7 @@ func TestFailedSecondDeviceUndoesTheFirst(t *testing.T) {
 	if tool.smluOn(t, 1) || !tool.smluOn(t, 2) {
 		t.Errorf("sMLU mode: card 1 %v, card 2 %v; want off (the plugin's) and on (the operator's)", tool.smluOn(t, 1), tool.smluOn(t, 2))
 	}
-	if l := readLedger(t, b); len(l.Instances) != 0 || len(l.SMLUOn) != 0 {
+	if l := readLedger(t, b); len(l.Instances) != 0 || len(l.Extra.SMLUOn) != 0 {
 		t.Errorf("ledger %+v", l)
 	}
 
@@ -719,7 +719,7 @@ func TestRestartReconcilesTheLedger(t *testing.T) {
 	if tool.smluOn(t, 3) || !tool.smluOn(t, 7) {
 		t.Errorf("sMLU mode: card 3 %v, card 7 %v; want off, on (never the plugin's)", tool.smluOn(t, 3), tool.smluOn(t, 7))
 	}
-	if l := readLedger(t, restarted); len(l.Instances) != 0 || len(l.SMLUOn) != 0 {
+	if l := readLedger(t, restarted); len(l.Instances) != 0 || len(l.Extra.SMLUOn) != 0 {
 		t.Errorf("ledger %+v", l)
 	}
 }
@@ -873,7 +873,7 @@ func TestInterruptedPrepareIsCleanedUp(t *testing.T) {
 			tool := newTool(t)
 			state := t.TempDir()
 			ctx, b, _ := newBackend(t, tool, state)
-			if err := b.writeLedger(&ledger{SMLUOn: []int{9}, Instances: []instance{{Claim: "c1", Device: "mlu-9", Card: 9, ID: 1, VCore: 20, MemoryMB: 2048}}}); err != nil {
+			if err := b.ledger.Save(&ledger{Instances: []instance{{Claim: "c1", Device: "mlu-9", Card: 9, ID: 1, VCore: 20, MemoryMB: 2048}}, Extra: smluModes{SMLUOn: []int{9}}}); err != nil {
 				t.Fatal(err)
 			}
 			if err := tool.SetSMLUMode(ctx, 9, true); err != nil {
@@ -891,7 +891,7 @@ func TestInterruptedPrepareIsCleanedUp(t *testing.T) {
 			if got := tool.instances(t); len(got) != 0 || tool.smluOn(t, 9) {
 				t.Errorf("sMLUs %v, card 9 on %v", got, tool.smluOn(t, 9))
 			}
-			if l := readLedger(t, restarted); len(l.Instances) != 0 || len(l.SMLUOn) != 0 {
+			if l := readLedger(t, restarted); len(l.Instances) != 0 || len(l.Extra.SMLUOn) != 0 {
 				t.Errorf("ledger %+v", l)
 			}
 		})
@@ -955,7 +955,7 @@ func TestBusyCardRefusesAShare(t *testing.T) {
 	if got := f.instances(t); len(got) != 0 || f.smluOn(t, 12) {
 		t.Errorf("sMLUs %v, card 12 on %v", got, f.smluOn(t, 12))
 	}
-	if l := readLedger(t, b); len(l.Instances) != 0 || len(l.SMLUOn) != 0 {
+	if l := readLedger(t, b); len(l.Instances) != 0 || len(l.Extra.SMLUOn) != 0 {
 		t.Errorf("ledger %+v", l)
 	}
 }
@@ -1118,7 +1118,7 @@ func TestMissingCapabilityNodeUndoesThePrepare(t *testing.T) {
 	if got := tool.instances(t); len(got) != 0 || tool.smluOn(t, 2) {
 		t.Errorf("sMLUs %v, card 2 on %v", got, tool.smluOn(t, 2))
 	}
-	if l := readLedger(t, b); len(l.Instances) != 0 || len(l.SMLUOn) != 0 {
+	if l := readLedger(t, b); len(l.Instances) != 0 || len(l.Extra.SMLUOn) != 0 {
 		t.Errorf("ledger %+v", l)
 	}
 }

@@ -98,6 +98,9 @@ type Backend struct {
 	cfg  Config
 	topo *pci.Reader
 
+	// ledger records the sMLU instances the plugin made.
+	ledger *ledgerFile
+
 	mu     sync.Mutex
 	cards  []*card
 	byName map[string]*card
@@ -139,7 +142,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.MemoryUnit < 1<<20 || cfg.MemoryUnit%(1<<20) != 0 {
 		return nil, fmt.Errorf("sMLU memory unit %d bytes is not a positive whole number of MiB", cfg.MemoryUnit)
 	}
-	b := &Backend{cfg: cfg, topo: pci.NewReader(cfg.SysfsRoot), byName: map[string]*card{}}
+	b := &Backend{cfg: cfg, topo: pci.NewReader(cfg.SysfsRoot), ledger: newLedger(cfg.StateDir), byName: map[string]*card{}}
 	var err error
 	if b.major, err = readMajors(cfg.ProcRoot); err != nil {
 		return nil, err

@@ -37,7 +37,7 @@ const kindMLU = "mlu"
 func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	l, err := b.readLedger()
+	l, err := b.ledger.Load()
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +61,7 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 		}
 		vcore, memory := int64(fullVCore), c.memoryBytes
 		for _, in := range info.Instances {
-			if l.holds(c.Index, in.ID) {
+			if holds(l, c.Index, in.ID) {
 				continue
 			}
 			vcore -= int64(in.VCorePercent)

@@ -31,13 +31,20 @@ const (
 	EnvSMLUProfile = "CAMBRICON_DSMLU_PROFILE"
 )
 
-// ledgerFile records every sMLU instance the plugin made, by claim, and
-// the cards whose sMLU mode it switched on: an instance is the plugin's
-// only if it is here.
-const ledgerFile = "smlus.json"
+// ledgerName is the file, in the state directory, that records every
+// sMLU instance the plugin made, by claim, and the cards whose sMLU mode
+// it switched on: an instance is the plugin's only if it is here.
+const ledgerName = "smlus.json"
 
-type ledger struct {
-	Instances []instance `json:"instances,omitempty"`
+// ledgerFile holds the ledger as a JSON object: the instances, and the
+// cards whose sMLU mode the plugin switched on.
+type ledgerFile = plugin.LedgerFile[instance, smluModes]
+
+// ledger is what the ledger file holds.
+type ledger = plugin.Ledger[instance, smluModes]
+
+// smluModes is what the ledger records beside the instances.
+type smluModes struct {
 	// SMLUOn lists the cards whose sMLU mode the plugin switched on; it
 	// switches each off again once the card holds no instance.
 	SMLUOn []int `json:"smluOn,omitempty"`
@@ -54,20 +61,18 @@ type instance struct {
 	MemoryMB int64      `json:"memoryMB"`
 }
 
-func (l *ledger) holds(card, id int) bool {
+// ClaimUID implements plugin.LedgerInstance.
+func (in instance) ClaimUID() types.UID { return in.Claim }
+
+// newLedger is the sMLU ledger in dir.
+func newLedger(dir string) *ledgerFile {
+	return plugin.NewLedgerFile[instance, smluModes](filepath.Join(dir, ledgerName))
+}
+
+// holds says whether the plugin made the sMLU id of a card.
+func holds(l *ledger, card, id int) bool {
 	return slices.ContainsFunc(l.Instances, func(e instance) bool { return e.Card == card && e.ID == id })
 }
-
-func (b *Backend) ledgerPath() string { return filepath.Join(b.cfg.StateDir, ledgerFile) }
-
-func (b *Backend) readLedger() (*ledger, error) {
-	l := &ledger{}
-	err := plugin.ReadJSONFile(b.ledgerPath(), l)
-	return l, err
-}
-
-// writeLedger replaces the ledger atomically.
-func (b *Backend) writeLedger(l *ledger) error { return plugin.WriteJSONAtomic(b.ledgerPath(), l) }
 
 // share is what a claim consumes of a card, from its allocation.
 type share struct {
@@ -210,7 +215,7 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, a plu
 	if err != nil {
 		return instance{}, fmt.Errorf("MLU %d: list sMLU instances: %w", c.Index, err)
 	}
-	l, err := b.readLedger()
+	l, err := b.ledger.Load()
 	if err != nil {
 		return instance{}, err
 	}
@@ -222,9 +227,9 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, a plu
 		return e.Card == c.Index && !slices.ContainsFunc(info.Instances, func(in cnmon.SMLU) bool { return in.ID == e.ID })
 	})
 	if !info.Enabled {
-		if !slices.Contains(l.SMLUOn, c.Index) {
-			l.SMLUOn = append(l.SMLUOn, c.Index)
-			if err := b.writeLedger(l); err != nil {
+		if !slices.Contains(l.Extra.SMLUOn, c.Index) {
+			l.Extra.SMLUOn = append(l.Extra.SMLUOn, c.Index)
+			if err := b.ledger.Save(l); err != nil {
 				return instance{}, fmt.Errorf("record sMLU mode: %w", err)
 			}
 		}
@@ -234,12 +239,12 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, a plu
 		klog.FromContext(ctx).V(2).Info("Switched sMLU mode on", "card", c.Index)
 	}
 	id := 1
-	for slices.ContainsFunc(info.Instances, func(in cnmon.SMLU) bool { return in.ID == id }) || l.holds(c.Index, id) {
+	for slices.ContainsFunc(info.Instances, func(in cnmon.SMLU) bool { return in.ID == id }) || holds(l, c.Index, id) {
 		id++
 	}
 	in := instance{Claim: claim.UID, Device: a.Device, ShareID: a.ShareID, Card: c.Index, ID: id, VCore: int(s.vcore), MemoryMB: s.memory >> 20}
 	l.Instances = append(l.Instances, in)
-	if err := b.writeLedger(l); err != nil {
+	if err := b.ledger.Save(l); err != nil {
 		return instance{}, fmt.Errorf("record sMLU instance: %w", err)
 	}
 	made, err := b.cfg.Tool.CreateSMLU(ctx, c.Index, in.VCore, in.MemoryMB)
@@ -251,7 +256,7 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, a plu
 		// driver gave.
 		l.Instances[len(l.Instances)-1].ID = made.ID
 		in.ID = made.ID
-		if err := b.writeLedger(l); err != nil {
+		if err := b.ledger.Save(l); err != nil {
 			return instance{}, errors.Join(fmt.Errorf("record sMLU instance %d of MLU %d: %w", made.ID, c.Index, err),
 				b.cfg.Tool.DestroySMLU(ctx, c.Index, made.ID))
 		}
@@ -271,28 +276,8 @@ func (b *Backend) Unprepare(ctx context.Context, claim plugin.ClaimRef, _ []plug
 // fine), then switches sMLU mode off on the cards the plugin switched on
 // that hold no instance.
 func (b *Backend) unprepareLocked(ctx context.Context, claim plugin.ClaimRef) error {
-	l, err := b.readLedger()
-	if err != nil {
-		return err
-	}
-	var keep []instance
-	var errs []error
-	for _, e := range l.Instances {
-		if e.Claim != claim.UID {
-			keep = append(keep, e)
-			continue
-		}
-		if err := b.destroy(ctx, e); err != nil {
-			errs = append(errs, err)
-			keep = append(keep, e)
-		}
-	}
-	l.Instances = keep
-	errs = append(errs, b.switchOffIdle(ctx, l))
-	if err := b.writeLedger(l); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return b.ledger.Release(claim.UID, func(e instance) error { return b.destroy(ctx, e) },
+		func(l *ledger) error { return b.switchOffIdle(ctx, l) })
 }
 
 func (b *Backend) destroy(ctx context.Context, e instance) error {
@@ -314,14 +299,14 @@ func (b *Backend) destroy(ctx context.Context, e instance) error {
 	return nil
 }
 
-// switchOffIdle switches sMLU mode off on every card of l.SMLUOn that
+// switchOffIdle switches sMLU mode off on every card of SMLUOn that
 // holds no instance, so that a whole-card claim finds the card as the
 // driver starts it. A card holding an instance the plugin did not make
 // keeps its mode.
 func (b *Backend) switchOffIdle(ctx context.Context, l *ledger) error {
 	var keep []int
 	var errs []error
-	for _, idx := range l.SMLUOn {
+	for _, idx := range l.Extra.SMLUOn {
 		if slices.ContainsFunc(l.Instances, func(e instance) bool { return e.Card == idx }) {
 			keep = append(keep, idx)
 			continue
@@ -345,7 +330,7 @@ func (b *Backend) switchOffIdle(ctx context.Context, l *ledger) error {
 			klog.FromContext(ctx).V(2).Info("Switched sMLU mode off", "card", idx)
 		}
 	}
-	l.SMLUOn = keep
+	l.Extra.SMLUOn = keep
 	return errors.Join(errs...)
 }
 
@@ -356,28 +341,8 @@ func (b *Backend) switchOffIdle(ctx context.Context, l *ledger) error {
 func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	live := map[types.UID]bool{}
-	for _, c := range prepared {
-		live[c.UID] = true
-	}
-	l, err := b.readLedger()
-	if err != nil {
-		return err
-	}
-	stale := map[types.UID]bool{}
-	for _, e := range l.Instances {
-		if !live[e.Claim] {
-			stale[e.Claim] = true
-		}
-	}
-	var errs []error
-	for uid := range stale {
-		errs = append(errs, b.unprepareLocked(ctx, plugin.ClaimRef{UID: uid}))
-	}
-	if len(stale) == 0 && len(l.SMLUOn) > 0 {
-		errs = append(errs, b.switchOffIdle(ctx, l), b.writeLedger(l))
-	}
-	return errors.Join(errs...)
+	return b.ledger.Reconcile(prepared, func(e instance) error { return b.destroy(ctx, e) },
+		func(l *ledger) error { return b.switchOffIdle(ctx, l) })
 }
 
 // configHandler decodes MluConfigs for the plugin core.

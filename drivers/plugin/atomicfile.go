@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 )
@@ -34,31 +32,6 @@ func WriteFileAtomic(path string, data []byte) error {
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
-	}
-	return nil
-}
-
-// WriteJSONAtomic encodes v and writes it with WriteFileAtomic.
-func WriteJSONAtomic(path string, v any) error {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return WriteFileAtomic(path, raw)
-}
-
-// ReadJSONFile decodes path into v; a missing file leaves v as it is and
-// is no error.
-func ReadJSONFile(path string, v any) error {
-	raw, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
 }

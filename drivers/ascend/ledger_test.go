@@ -1,0 +1,120 @@
+package ascend
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/strata-sh/strata/drivers/plugin"
+)
+
+// A ledger as releases before the plugin's generic ledger wrote it (a
+// bare JSON list of vNPUs, in vnpus.json) loads, is acted on, and is
+// written in the same bytes, so that releases on either side of a
+// rolling update read what the other wrote.
+func TestLedgerOfEarlierReleasesLoads(t *testing.T) {
+	const (
+		c1      = `{"claim":"c1","device":"npu-2-vir05-1c-16g-0","card":2,"chip":0,"id":132}`
+		c2      = `{"claim":"c2","device":"npu-5-vir10-3c-32g-0","card":5,"chip":0,"id":180}`
+		written = "[" + c1 + "," + c2 + "]"
+	)
+	tool := newTool(t)
+	state := t.TempDir()
+	ctx, b := newBackend(t, tool, state)
+	if _, err := tool.CreateVNPU(ctx, 2, 0, "vir05_1c_16g", 132); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tool.CreateVNPU(ctx, 5, 0, "vir10_3c_32g", 180); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(state, "vnpus.json")
+	if err := os.WriteFile(path, []byte(written), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.ledger.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []vnpu{
+		{Claim: "c1", Device: "npu-2-vir05-1c-16g-0", Card: 2, Chip: 0, ID: 132},
+		{Claim: "c2", Device: "npu-5-vir10-3c-32g-0", Card: 5, Chip: 0, ID: 180},
+	}
+	if diff := cmp.Diff(want, l.Instances); diff != "" {
+		t.Errorf("loaded (-want +got):\n%s", diff)
+	}
+	other := t.TempDir()
+	if err := newLedger(other).Save(&plugin.Ledger[vnpu, plugin.NoLedgerExtra]{Instances: want}); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := os.ReadFile(filepath.Join(other, "vnpus.json")); err != nil || string(raw) != written {
+		t.Errorf("written as %s (%v), want %s", raw, err, written)
+	}
+
+	// c2 is no longer prepared: its vNPU goes, c1's stays.
+	if err := b.Reconcile(ctx, []plugin.ClaimState{{ClaimRef: plugin.ClaimRef{UID: "c1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := tool.all(t); !slices.Equal(got, []string{"2/132:vir05_1c_16g"}) {
+		t.Errorf("vNPUs %v, want c1's only", got)
+	}
+	if raw, err := os.ReadFile(path); err != nil || string(raw) != "["+c1+"]" {
+		t.Errorf("ledger after reconcile %s (%v), want [%s]", raw, err, c1)
+	}
+	if err := b.Unprepare(ctx, plugin.ClaimRef{UID: "c1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := os.ReadFile(path); err != nil || string(raw) != "null" {
+		t.Errorf("ledger after the last unprepare %s (%v), want null", raw, err)
+	}
+}
+
+// A ledger that does not read (corrupt, or of a later release) stops the
+// backend: no vNPU is destroyed, none made, and the file is left as it is.
+func TestUnreadableLedgerDestroysNothing(t *testing.T) {
+	for name, tc := range map[string]struct {
+		content string
+		err     error
+	}{
+		"corrupt":       {`[{"claim":"c1","device":"npu-2-vir05-1c-16g-0","card":2,"chip":0,"id":13`, plugin.ErrCorruptLedger},
+		"later version": {`{"version":"vnpus/v2","vnpus":[]}`, plugin.ErrUnknownLedgerVersion},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tool := newTool(t)
+			state := t.TempDir()
+			ctx, b := newBackend(t, tool, state)
+			if _, err := b.Prepare(ctx, request("c1", "npu-2-vir05-1c-16g-0")); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(state, "vnpus.json")
+			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for op, call := range map[string]func() error{
+				"reconcile": func() error { return b.Reconcile(ctx, nil) },
+				"unprepare": func() error { return b.Unprepare(ctx, plugin.ClaimRef{UID: "c1"}, nil) },
+				"prepare": func() error {
+					_, err := b.Prepare(ctx, request("c2", "npu-3-vir05-1c-16g-0"))
+					return err
+				},
+				"discover": func() error {
+					_, err := b.Discover(ctx)
+					return err
+				},
+			} {
+				if err := call(); !errors.Is(err, tc.err) {
+					t.Errorf("%s: %v, want %v", op, err, tc.err)
+				}
+			}
+			if got := tool.all(t); !slices.Equal(got, []string{"2/132:vir05_1c_16g"}) {
+				t.Errorf("vNPUs %v, want c1's kept", got)
+			}
+			if raw, err := os.ReadFile(path); err != nil || string(raw) != tc.content {
+				t.Errorf("ledger file now %s (%v)", raw, err)
+			}
+		})
+	}
+}

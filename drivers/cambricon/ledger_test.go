@@ -1,0 +1,127 @@
+package cambricon
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/strata-sh/strata/drivers/plugin"
+)
+
+// A ledger as releases before the plugin's generic ledger wrote it (a
+// JSON object of the instances and the cards switched on, in smlus.json)
+// loads, is acted on, and is written in the same bytes, so that releases
+// on either side of a rolling update read what the other wrote.
+func TestLedgerOfEarlierReleasesLoads(t *testing.T) {
+	const (
+		c1      = `{"claim":"c1","device":"mlu-3","shareID":"c1-share-0","card":3,"id":1,"vcore":25,"memoryMB":2048}`
+		c2      = `{"claim":"c2","device":"mlu-5","card":5,"id":1,"vcore":50,"memoryMB":8192}`
+		written = `{"instances":[` + c1 + "," + c2 + `],"smluOn":[3,5]}`
+	)
+	tool := newTool(t)
+	state := t.TempDir()
+	ctx, b, _ := newBackend(t, tool, state)
+	tool.operatorSMLU(t, 3, 25, 2048)
+	tool.operatorSMLU(t, 5, 50, 8192)
+	path := filepath.Join(state, "smlus.json")
+	if err := os.WriteFile(path, []byte(written), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := &ledger{
+		Instances: []instance{
+			{Claim: "c1", Device: "mlu-3", ShareID: ptr.To(types.UID("c1-share-0")), Card: 3, ID: 1, VCore: 25, MemoryMB: 2048},
+			{Claim: "c2", Device: "mlu-5", Card: 5, ID: 1, VCore: 50, MemoryMB: 8192},
+		},
+		Extra: smluModes{SMLUOn: []int{3, 5}},
+	}
+	l, err := b.ledger.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want.Instances, l.Instances); diff != "" {
+		t.Errorf("instances (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want.Extra, l.Extra); diff != "" {
+		t.Errorf("cards switched on (-want +got):\n%s", diff)
+	}
+	other := t.TempDir()
+	if err := newLedger(other).Save(want); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := os.ReadFile(filepath.Join(other, "smlus.json")); err != nil || string(raw) != written {
+		t.Errorf("written as %s (%v), want %s", raw, err, written)
+	}
+
+	// c2 is no longer prepared: its instance goes and card 5 is switched
+	// back; c1's stays.
+	if err := b.Reconcile(ctx, []plugin.ClaimState{{ClaimRef: claim("c1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := tool.instances(t); !slices.Equal(got, []string{"3/1:25p.2048mb"}) || tool.smluOn(t, 5) {
+		t.Errorf("sMLUs %v, card 5 on %v; want c1's only, off", got, tool.smluOn(t, 5))
+	}
+	if raw, err := os.ReadFile(path); err != nil || string(raw) != `{"instances":[`+c1+`],"smluOn":[3]}` {
+		t.Errorf("ledger after reconcile %s (%v)", raw, err)
+	}
+	if err := b.Unprepare(ctx, claim("c1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := os.ReadFile(path); err != nil || string(raw) != `{}` {
+		t.Errorf("ledger after the last unprepare %s (%v), want {}", raw, err)
+	}
+}
+
+// A ledger that does not read (corrupt, or of a later release) stops the
+// backend: no instance is destroyed, none made, no card switched, and
+// the file is left as it is.
+func TestUnreadableLedgerDestroysNothing(t *testing.T) {
+	for name, tc := range map[string]struct {
+		content string
+		err     error
+	}{
+		"corrupt":       {`{"instances":[{"claim":"c1","device":"mlu-3","card":3,"id":1,"vcore":25,"memoryMB":2048}],"smluOn":[3`, plugin.ErrCorruptLedger},
+		"not an object": {`[{"claim":"c1","device":"mlu-3","card":3,"id":1,"vcore":25,"memoryMB":2048}]`, plugin.ErrCorruptLedger},
+		"later version": {`{"version":"smlus/v2","instances":[]}`, plugin.ErrUnknownLedgerVersion},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tool := newTool(t)
+			state := t.TempDir()
+			ctx, b, _ := newBackend(t, tool, state)
+			if _, err := b.Prepare(ctx, request("c1", part("mlu-3", "25", "2Gi"))); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(state, "smlus.json")
+			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for op, call := range map[string]func() error{
+				"reconcile": func() error { return b.Reconcile(ctx, nil) },
+				"unprepare": func() error { return b.Unprepare(ctx, claim("c1"), nil) },
+				"prepare": func() error {
+					_, err := b.Prepare(ctx, request("c2", part("mlu-4", "25", "2Gi")))
+					return err
+				},
+				"discover": func() error {
+					_, err := b.Discover(ctx)
+					return err
+				},
+			} {
+				if err := call(); !errors.Is(err, tc.err) {
+					t.Errorf("%s: %v, want %v", op, err, tc.err)
+				}
+			}
+			if got := tool.instances(t); !slices.Equal(got, []string{"3/1:25p.2048mb"}) || !tool.smluOn(t, 3) || tool.smluOn(t, 4) {
+				t.Errorf("sMLUs %v, card 3 on %v, card 4 on %v; want c1's kept, on, off", got, tool.smluOn(t, 3), tool.smluOn(t, 4))
+			}
+			if raw, err := os.ReadFile(path); err != nil || string(raw) != tc.content {
+				t.Errorf("ledger file now %s (%v)", raw, err)
+			}
+		})
+	}
+}
