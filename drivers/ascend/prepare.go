@@ -341,13 +341,7 @@ func (b *Backend) node(name, region string, major, minor int64) (*cdispec.Device
 	if major <= 0 {
 		return nil, missingMajor(name, region)
 	}
-	return &cdispec.DeviceNode{
-		Path:     "/dev/" + name,
-		HostPath: filepath.Join(b.cfg.DevRoot, "dev", name),
-		Type:     "c",
-		Major:    major,
-		Minor:    minor,
-	}, nil
+	return plugin.CharDeviceNode(b.cfg.DevRoot, "/dev/"+name, major, minor), nil
 }
 
 func missingMajor(node, region string) error {

@@ -72,7 +72,7 @@ func (b *Backend) capabilityNode(card, id int) (*cdispec.DeviceNode, error) {
 		if !ok || err != nil {
 			return nil, fmt.Errorf("%s: not a major:minor entry", e)
 		}
-		return b.node(path, b.major.smluCap, n), nil
+		return plugin.CharDeviceNode(b.cfg.DevRoot, path, b.major.smluCap, n), nil
 	}
 	return nil, fmt.Errorf("the kernel lists no %s under %s", path, b.cfg.DevCharDir)
 }

@@ -186,7 +186,7 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 			profiles = append(profiles, v.profile)
 		}
 	}
-	resp.Common.DeviceNodes = []*cdispec.DeviceNode{b.node(cnmon.ControlDevicePath, b.major.ctl, 0)}
+	resp.Common.DeviceNodes = []*cdispec.DeviceNode{plugin.CharDeviceNode(b.cfg.DevRoot, cnmon.ControlDevicePath, b.major.ctl, 0)}
 	resp.Common.Env = []string{EnvVisibleDevices + "=" + strings.Join(cards, ",")}
 	if len(profiles) > 0 {
 		resp.Common.Env = append(resp.Common.Env, EnvSMLUProfile+"="+strings.Join(profiles, ","))
@@ -198,9 +198,9 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 // cardNodes are a card's device and IPC nodes, whose minor is the card
 // index.
 func (b *Backend) cardNodes(c *card) []*cdispec.DeviceNode {
-	out := []*cdispec.DeviceNode{b.node(cnmon.DevicePath(c.Index), b.major.dev, int64(c.Index))}
+	out := []*cdispec.DeviceNode{plugin.CharDeviceNode(b.cfg.DevRoot, cnmon.DevicePath(c.Index), b.major.dev, int64(c.Index))}
 	if b.major.ipcm != 0 {
-		out = append(out, b.node(cnmon.IPCMDevicePath(c.Index), b.major.ipcm, int64(c.Index)))
+		out = append(out, plugin.CharDeviceNode(b.cfg.DevRoot, cnmon.IPCMDevicePath(c.Index), b.major.ipcm, int64(c.Index)))
 	}
 	return out
 }
@@ -378,8 +378,4 @@ func (b *Backend) toolMounts(devices []plugin.AllocatedDevice) []*cdispec.Mount 
 		}
 	}
 	return nil
-}
-
-func (b *Backend) node(path string, major, minor int64) *cdispec.DeviceNode {
-	return &cdispec.DeviceNode{Path: path, HostPath: filepath.Join(b.cfg.DevRoot, path), Type: "c", Major: major, Minor: minor}
 }

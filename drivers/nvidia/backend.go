@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -603,16 +602,9 @@ func (b *Backend) controlEdits() cdispec.ContainerEdits {
 	}
 }
 
-// node describes a character device fully (type, major, minor), so the
-// runtime does not need to stat the host to inject it.
+// node is the character device /dev/<name>.
 func (b *Backend) node(name string, major, minor int64) *cdispec.DeviceNode {
-	return &cdispec.DeviceNode{
-		Path:     "/dev/" + name,
-		HostPath: filepath.Join(b.cfg.DevRoot, "dev", name),
-		Type:     "c",
-		Major:    major,
-		Minor:    minor,
-	}
+	return plugin.CharDeviceNode(b.cfg.DevRoot, "/dev/"+name, major, minor)
 }
 
 func claimRef(c *resourceapi.ResourceClaim) plugin.ClaimRef {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -294,12 +293,7 @@ func compactStrings(s []string) []string {
 	return out
 }
 
+// node is the character device /dev/infiniband/<name>.
 func (b *Backend) node(name string, n devNumber) *cdispec.DeviceNode {
-	return &cdispec.DeviceNode{
-		Path:     "/dev/infiniband/" + name,
-		HostPath: filepath.Join(b.cfg.DevRoot, "dev", "infiniband", name),
-		Type:     "c",
-		Major:    n.major,
-		Minor:    n.minor,
-	}
+	return plugin.CharDeviceNode(b.cfg.DevRoot, "/dev/infiniband/"+name, n.major, n.minor)
 }
