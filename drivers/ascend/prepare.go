@@ -117,10 +117,7 @@ func (b *Backend) Validate(_ context.Context, req *plugin.PrepareRequest) error 
 func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plugin.PrepareResponse, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	claim := plugin.ClaimRef{}
-	if req.Claim != nil {
-		claim = plugin.ClaimRef{Namespace: req.Claim.Namespace, Name: req.Claim.Name, UID: req.Claim.UID}
-	}
+	claim := plugin.ClaimRefOf(req.Claim)
 	// The node-wide nodes first: a driver region missing from
 	// /proc/devices refuses the claim before any vNPU is made.
 	common, err := b.commonNodes()

@@ -135,10 +135,7 @@ func (b *Backend) Validate(_ context.Context, req *plugin.PrepareRequest) error 
 func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plugin.PrepareResponse, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	claim := plugin.ClaimRef{}
-	if req.Claim != nil {
-		claim = plugin.ClaimRef{Namespace: req.Claim.Namespace, Name: req.Claim.Name, UID: req.Claim.UID}
-	}
+	claim := plugin.ClaimRefOf(req.Claim)
 	fail := func(err error) (*plugin.PrepareResponse, error) {
 		return nil, errors.Join(err, b.unprepareLocked(ctx, claim))
 	}

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -316,7 +315,7 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	resp := &plugin.PrepareResponse{Common: b.controlEdits()}
-	claim := claimRef(req.Claim)
+	claim := plugin.ClaimRefOf(req.Claim)
 	for _, a := range req.Devices {
 		prepared, err := b.prepareDevice(ctx, claim, a)
 		if err != nil {
@@ -605,13 +604,6 @@ func (b *Backend) controlEdits() cdispec.ContainerEdits {
 // node is the character device /dev/<name>.
 func (b *Backend) node(name string, major, minor int64) *cdispec.DeviceNode {
 	return plugin.CharDeviceNode(b.cfg.DevRoot, "/dev/"+name, major, minor)
-}
-
-func claimRef(c *resourceapi.ResourceClaim) plugin.ClaimRef {
-	if c == nil {
-		return plugin.ClaimRef{}
-	}
-	return plugin.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: c.UID}
 }
 
 func mergeEdits(a, b cdispec.ContainerEdits) cdispec.ContainerEdits {

@@ -77,7 +77,7 @@ func TestMixedStrategiesInOneClaim(t *testing.T) {
 	if env := resp.Devices[1].Edits.Env; !slices.Contains(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50") || !slices.Contains(env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10240M") {
 		t.Errorf("MPS device env %v", env)
 	}
-	if err := b.Unprepare(ctx, claimRef(req.Claim), resp.Devices); err != nil {
+	if err := b.Unprepare(ctx, plugin.ClaimRefOf(req.Claim), resp.Devices); err != nil {
 		t.Fatal(err)
 	}
 	if got := slicesSet.Get(srv.Device(0).UUID); got != 0 {

@@ -76,7 +76,7 @@ func (d *Driver) admitLocked(claim *resourceapi.ResourceClaim, allocated []Alloc
 			holders[p.Device] = append(holders[p.Device], holder{claim: other.ClaimRef, shared: p.ShareID != nil, consumed: p.ConsumedCapacity})
 		}
 	}
-	self := ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
+	self := ClaimRefOf(claim)
 	mine := map[string]bool{}
 	for _, a := range allocated {
 		if a.AdminAccess {

@@ -120,6 +120,15 @@ func (a AllocatedDevice) Prepared() PreparedDevice {
 		ConsumedCapacity: a.ConsumedCapacity, AdminAccess: a.AdminAccess}
 }
 
+// ClaimRefOf is the reference of a claim; a nil claim has the zero
+// ClaimRef.
+func ClaimRefOf(claim *resourceapi.ResourceClaim) ClaimRef {
+	if claim == nil {
+		return ClaimRef{}
+	}
+	return ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
+}
+
 // String is the claim's namespace/name.
 func (r ClaimRef) String() string { return r.Namespace + "/" + r.Name }
 

@@ -500,7 +500,7 @@ func (d *Driver) rebuildLocked(ctx context.Context, bootID string) (*checkpointD
 		if err != nil {
 			continue // another driver's, or not allocated
 		}
-		st := &ClaimState{ClaimRef: ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}, Phase: PhasePrepareCompleted, Recovered: true}
+		st := &ClaimState{ClaimRef: ClaimRefOf(claim), Phase: PhasePrepareCompleted, Recovered: true}
 		for _, a := range allocated {
 			if a.Pool == d.cfg.NodeName {
 				st.Devices = append(st.Devices, a.Prepared())

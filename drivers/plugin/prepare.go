@@ -107,8 +107,7 @@ func (d *Driver) prepareLocked(ctx context.Context, claim *resourceapi.ResourceC
 		}
 	}
 
-	ref := ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
-	st := &ClaimState{ClaimRef: ref, Phase: PhasePrepareStarted}
+	st := &ClaimState{ClaimRef: ClaimRefOf(claim), Phase: PhasePrepareStarted}
 	for _, a := range allocated {
 		st.Devices = append(st.Devices, a.Prepared())
 	}

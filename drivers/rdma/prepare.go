@@ -172,11 +172,7 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 			hcas = append(hcas, p.rdmaDev)
 		}
 		if err != nil {
-			claim := plugin.ClaimRef{}
-			if req.Claim != nil {
-				claim = plugin.ClaimRef{Namespace: req.Claim.Namespace, Name: req.Claim.Name, UID: req.Claim.UID}
-			}
-			if uerr := b.Unprepare(ctx, claim, resp.Devices); uerr != nil {
+			if uerr := b.Unprepare(ctx, plugin.ClaimRefOf(req.Claim), resp.Devices); uerr != nil {
 				err = errors.Join(err, fmt.Errorf("undo: %w", uerr))
 			}
 			return nil, err
