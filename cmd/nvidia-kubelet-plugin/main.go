@@ -6,12 +6,18 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/strata-sh/strata/drivers/nvidia/app"
 	"github.com/strata-sh/strata/drivers/plugin"
 )
 
 func main() {
+	if len(os.Args) > 1 {
+		if code, ok := app.Command(os.Args[1], os.Args[2:]); ok {
+			os.Exit(code)
+		}
+	}
 	o := app.NewOptions()
 	plugin.Main("NVIDIA kubelet plugin", o.AddFlags, func(ctx context.Context) error { return app.Run(ctx, o) })
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,8 +84,8 @@ func TestRenderDefaults(t *testing.T) {
 	assert.Equal(t, 4, got["DeviceClass"], "accelerator plus the three NVIDIA classes")
 	assert.Equal(t, 2, got["Deployment"], "scheduler and controller")
 	assert.Equal(t, 1, got["DaemonSet"], "the NVIDIA plugin")
-	assert.Equal(t, 3, got["ValidatingAdmissionPolicy"], "node-restricted slices, gang annotations, single allocator")
-	assert.Equal(t, 3, got["ValidatingAdmissionPolicyBinding"])
+	assert.Equal(t, 4, got["ValidatingAdmissionPolicy"], "node-restricted slices and MPS pods, gang annotations, single allocator")
+	assert.Equal(t, 4, got["ValidatingAdmissionPolicyBinding"])
 	assert.Equal(t, 1, got["ValidatingWebhookConfiguration"])
 	assert.Equal(t, 1, got["MutatingWebhookConfiguration"], "pod routing")
 	assert.Equal(t, 3, got["ServiceAccount"])
@@ -767,4 +768,48 @@ func TestReadValuesFiles(t *testing.T) {
 	assert.Equal(t, map[string]any{"scheduler": map[string]any{"replicas": float64(3), "leaderElection": map[string]any{"enabled": false}}}, values)
 	_, err = ReadValuesFiles([]string{filepath.Join(dir, "missing.yaml")})
 	assert.Error(t, err)
+}
+
+// TestRenderMPSDaemonPods: by default the NVIDIA plugin runs each GPU's
+// MPS daemon in a pod of its own, from its own image, with the rights to
+// make such pods in the release namespace and a policy that keeps it to
+// its node's MPS pods; with mps.daemon=process none of that is rendered.
+func TestRenderMPSDaemonPods(t *testing.T) {
+	r, err := Render(DefaultRelease, map[string]any{"imagePullSecrets": []any{map[string]any{"name": "regcred"}}})
+	require.NoError(t, err)
+	objs := objects(t, r)
+	ds := find(objs, "DaemonSet", "strata-nvidia-kubelet-plugin")
+	require.NotNil(t, ds)
+	args := containerArgs(t, ds)
+	assert.Contains(t, args, "--mps-daemon=pod")
+	assert.Contains(t, args, "--mps-daemon-driver-root=/")
+	assert.Contains(t, args, "--mps-daemon-priority-class=system-node-critical")
+	assert.Contains(t, args, "--mps-daemon-image-pull-secrets=regcred")
+	image, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+	assert.Contains(t, args, "--mps-daemon-image="+image[0].(map[string]any)["image"].(string), "the daemon pods run the plugin's image")
+	env, _, _ := unstructured.NestedSlice(image[0].(map[string]any), "env")
+	assert.Contains(t, fmt.Sprint(env), "POD_NAMESPACE")
+	role := find(objs, "Role", "strata-nvidia-kubelet-plugin")
+	require.NotNil(t, role)
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	assert.Equal(t, "[map[apiGroups:[] resources:[pods] verbs:[get list create delete]]]", fmt.Sprint(rules))
+	require.NotNil(t, find(objs, "RoleBinding", "strata-nvidia-kubelet-plugin"))
+	policy := find(objs, "ValidatingAdmissionPolicy", "strata-node-restricted-mps-pods")
+	require.NotNil(t, policy)
+
+	values, err := ParseValues([]byte("plugins:\n  nvidia:\n    mps:\n      daemon: process\n"))
+	require.NoError(t, err)
+	r, err = Render(DefaultRelease, values)
+	require.NoError(t, err)
+	objs = objects(t, r)
+	assert.Contains(t, containerArgs(t, find(objs, "DaemonSet", "strata-nvidia-kubelet-plugin")), "--mps-daemon=process")
+	assert.Nil(t, find(objs, "Role", "strata-nvidia-kubelet-plugin"))
+	assert.Nil(t, find(objs, "ValidatingAdmissionPolicy", "strata-node-restricted-mps-pods"))
+
+	_, err = ParseValues([]byte("plugins:\n  nvidia:\n    mps:\n      daemon: systemd\n"))
+	if err == nil {
+		_, err = Render(DefaultRelease, map[string]any{"plugins": map[string]any{"nvidia": map[string]any{"mps": map[string]any{"daemon": "systemd"}}}})
+	}
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "/plugins/nvidia/mps/daemon")
 }

@@ -582,7 +582,8 @@ func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) e
 			}
 		}
 	}
-	return errors.Join(b.removeUnownedClaimFiles(ctx, claims), b.stopUnusedMPS(ctx))
+	b.reconcileMPSLocked(ctx)
+	return b.removeUnownedClaimFiles(ctx, claims)
 }
 
 // controlEdits are the device nodes every CUDA process needs besides the

@@ -140,6 +140,7 @@ func (b *Backend) WatchHealth(ctx context.Context, changed func()) {
 		}
 		if time.Now().After(nextProbe) {
 			dirty = b.probe(logger) || dirty
+			b.checkMPS(klog.NewContext(ctx, logger))
 			if b.layoutChanged() {
 				logger.Info("MIG layout changed, republishing")
 				dirty = true

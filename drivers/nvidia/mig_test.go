@@ -15,6 +15,7 @@ import (
 
 	"github.com/strata-sh/strata/drivers/plugin"
 	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/hardware/nvmlmock"
 )
 
 func TestMIGDevicesAndCounters(t *testing.T) {
@@ -327,13 +328,13 @@ func TestSharedLimitsAndMPS(t *testing.T) {
 	if err := b.Unprepare(ctx, plugin.ClaimRef{UID: "uid-one"}, first.Devices); err != nil {
 		t.Fatal(err)
 	}
-	if got := b.cfg.MPS.Running(); len(got) != 1 {
+	if got := b.cfg.MPS.(*nvmlmock.MPS).Running(); len(got) != 1 {
 		t.Errorf("daemon stopped while a claim still uses it: %v", got)
 	}
 	if err := b.Unprepare(ctx, plugin.ClaimRef{UID: "uid-two"}, second.Devices); err != nil {
 		t.Fatal(err)
 	}
-	if got := b.cfg.MPS.Running(); len(got) != 0 {
+	if got := b.cfg.MPS.(*nvmlmock.MPS).Running(); len(got) != 0 {
 		t.Errorf("daemon still running after the last claim: %v", got)
 	}
 	if srv.ComputeMode(4) != nvml.COMPUTEMODE_DEFAULT {

@@ -12,12 +12,75 @@ import (
 	"time"
 )
 
-// ExecMPS runs the real nvidia-cuda-mps-control, one daemon per GPU with
-// its own pipe and log directory under StateDir/mps/<uuid>.
+// MPSDaemon is the CUDA MPS control daemon of one GPU: its pipe
+// directory (where clients find it) is Dir/pipe, its logs go to Dir/log.
+type MPSDaemon struct {
+	GPU string // UUID
+	Dir string
+}
+
+// MPSDir is the folder of the daemon of a GPU under a state directory:
+// named by the UUID's first eight hex digits, so that the paths of the
+// daemon's sockets stay within the 108 bytes a Unix socket path may have.
+// The UUID itself is in its gpu file.
+func MPSDir(stateDir, gpuUUID string) string {
+	id := strings.ToLower(gpuUUID)
+	if i := strings.IndexByte(id, '-'); i >= 0 {
+		id = id[i+1:]
+	}
+	id = strings.ReplaceAll(id, "-", "")
+	if len(id) > 8 {
+		id = id[:8]
+	}
+	if id == "" || strings.ContainsAny(id, "/.") {
+		id = "gpu"
+	}
+	return filepath.Join(stateDir, "mps", id)
+}
+
+// mpsUUIDFile names the GPU of a daemon folder.
+const mpsUUIDFile = "gpu"
+
+// PipeDir is where the daemon's clients find it.
+func (d MPSDaemon) PipeDir() string { return filepath.Join(d.Dir, "pipe") }
+
+// LogDir is where the daemon writes control.log.
+func (d MPSDaemon) LogDir() string { return filepath.Join(d.Dir, "log") }
+
+// MPSControl runs the MPS control daemons of the node's GPUs
+// (nvidia-cuda-mps-control), one per GPU serving all its MPS claims, each
+// with its pipe directory at dir/pipe and its logs in dir/log. Whether a
+// daemon runs is judged by talking to it, never by the files it leaves,
+// and every call is bounded.
+type MPSControl interface {
+	// Ensure makes the daemon of a GPU answer: one that answers is kept,
+	// one that does not is started (again).
+	Ensure(ctx context.Context, gpuUUID, dir string) error
+	// Stop asks the daemon of a GPU to quit if it answers and removes what
+	// it left. A daemon that does not answer is not waited for.
+	Stop(ctx context.Context, gpuUUID, dir string) error
+	// List reports every daemon the control finds on the node, running or
+	// left behind, by GPU UUID, and whether it answers.
+	List(ctx context.Context) (map[string]bool, error)
+}
+
+// Bounds of MPS calls: one command to a daemon, and a daemon's start
+// until it answers.
+var (
+	MPSCallTimeout  = 5 * time.Second
+	MPSStartTimeout = 40 * time.Second
+)
+
+// ExecMPS runs nvidia-cuda-mps-control -d, so the daemons live in the
+// plugin's process tree: right for a plugin that runs on the host, not
+// for one in a container (a restart of the container ends every daemon;
+// PodMPS is for that).
 type ExecMPS struct {
-	// Binary is the control program; default "nvidia-cuda-mps-control".
-	Binary string
-	// StateDir is the backend's state directory, scanned by Running.
+	// Command is the control program and any leading arguments; default
+	// nvidia-cuda-mps-control.
+	Command []string
+	// StateDir is the backend's state directory: daemons are under
+	// StateDir/mps/<uuid>.
 	StateDir string
 	// LibraryDir, if set, is where the driver's libraries are (the
 	// directory of the NVML library the plugin loaded): the program finds
@@ -27,51 +90,140 @@ type ExecMPS struct {
 
 var _ MPSControl = ExecMPS{}
 
-func (e ExecMPS) binary() string {
-	if e.Binary == "" {
-		return "nvidia-cuda-mps-control"
+func (e ExecMPS) command() []string {
+	if len(e.Command) == 0 {
+		return []string{"nvidia-cuda-mps-control"}
 	}
-	return e.Binary
+	return e.Command
 }
 
-// Start launches the daemon of a GPU.
-func (e ExecMPS) Start(ctx context.Context, gpuUUID, pipeDir, logDir string) error {
-	for _, dir := range []string{pipeDir, logDir} {
+// call sends one command to the daemon whose pipe directory is pipeDir,
+// as a client: "nvidia-cuda-mps-control" with the command on its input.
+func (e ExecMPS) call(ctx context.Context, pipeDir, command string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, MPSCallTimeout)
+	defer cancel()
+	c := e.command()
+	cmd := toolCommand(ctx, c[0], c[1:]...)
+	cmd.Env = toolEnv(e.LibraryDir, "CUDA_MPS_PIPE_DIRECTORY="+pipeDir)
+	cmd.Stdin = strings.NewReader(command + "\n")
+	out, err := runTool(cmd)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("no answer in %s", MPSCallTimeout)
+		}
+		return "", fmt.Errorf("%s: %s: %w: %s", c[0], command, err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// answers reports whether the daemon of d answers a harmless query.
+func (e ExecMPS) answers(ctx context.Context, d MPSDaemon) error {
+	if _, err := os.Stat(d.PipeDir()); err != nil {
+		return err
+	}
+	_, err := e.call(ctx, d.PipeDir(), "get_server_list")
+	return err
+}
+
+// Ensure implements MPSControl.
+func (e ExecMPS) Ensure(ctx context.Context, gpuUUID, dir string) error {
+	d := MPSDaemon{GPU: gpuUUID, Dir: dir}
+	if e.answers(ctx, d) == nil {
+		return nil
+	}
+	// What a daemon that died left (a reboot, a kill) is not a daemon.
+	if err := os.RemoveAll(d.PipeDir()); err != nil {
+		return err
+	}
+	if err := writeMPSDir(d); err != nil {
+		return err
+	}
+	startCtx, cancel := context.WithTimeout(ctx, ToolTimeout)
+	defer cancel()
+	c := e.command()
+	cmd := toolCommand(startCtx, c[0], append(c[1:len(c):len(c)], "-d")...)
+	cmd.Env = toolEnv(e.LibraryDir, "CUDA_VISIBLE_DEVICES="+d.GPU, "CUDA_MPS_PIPE_DIRECTORY="+d.PipeDir(), "CUDA_MPS_LOG_DIRECTORY="+d.LogDir())
+	if out, err := runTool(cmd); err != nil {
+		return fmt.Errorf("%s -d: %w: %s", c[0], err, strings.TrimSpace(string(out)))
+	}
+	return waitAnswer(ctx, d, e.answers, func() string { return "" })
+}
+
+// writeMPSDir makes the daemon's folders and names its GPU there.
+func writeMPSDir(d MPSDaemon) error {
+	for _, dir := range []string{d.PipeDir(), d.LogDir()} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, ToolTimeout)
-	defer cancel()
-	cmd := toolCommand(ctx, e.binary(), "-d")
-	cmd.Env = toolEnv(e.LibraryDir, "CUDA_VISIBLE_DEVICES="+gpuUUID, "CUDA_MPS_PIPE_DIRECTORY="+pipeDir, "CUDA_MPS_LOG_DIRECTORY="+logDir)
-	if out, err := runTool(cmd); err != nil {
-		return fmt.Errorf("%s -d: %w: %s", e.binary(), err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	return os.WriteFile(filepath.Join(d.Dir, mpsUUIDFile), []byte(d.GPU+"\n"), 0o644)
 }
 
-// Stop asks the daemon of a GPU to quit.
-func (e ExecMPS) Stop(ctx context.Context, _, pipeDir string) error {
-	ctx, cancel := context.WithTimeout(ctx, ToolTimeout)
+// waitAnswer polls the daemon of d until it answers, for MPSStartTimeout
+// at most; the error says what status() tells about it.
+func waitAnswer(ctx context.Context, d MPSDaemon, answers func(context.Context, MPSDaemon) error, status func() string) error {
+	ctx, cancel := context.WithTimeout(ctx, MPSStartTimeout)
 	defer cancel()
-	cmd := toolCommand(ctx, e.binary())
-	cmd.Env = toolEnv(e.LibraryDir, "CUDA_MPS_PIPE_DIRECTORY="+pipeDir)
-	cmd.Stdin = strings.NewReader("quit\n")
-	if out, err := runTool(cmd); err != nil {
-		return fmt.Errorf("%s quit: %w: %s", e.binary(), err, strings.TrimSpace(string(out)))
+	var last error
+	for {
+		if last = answers(ctx, d); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the MPS control daemon of GPU %s does not answer after %s%s: %w", d.GPU, MPSStartTimeout, status(), last)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	return nil
 }
 
-// Running lists GPUs whose daemon left a control pipe.
-func (e ExecMPS) Running() []string {
-	pipes, _ := filepath.Glob(filepath.Join(e.StateDir, "mps", "*", "pipe", "control"))
-	out := make([]string, 0, len(pipes))
-	for _, p := range pipes {
-		out = append(out, filepath.Base(filepath.Dir(filepath.Dir(p))))
+// Stop implements MPSControl.
+func (e ExecMPS) Stop(ctx context.Context, gpuUUID, dir string) error {
+	d := MPSDaemon{GPU: gpuUUID, Dir: dir}
+	if e.answers(ctx, d) == nil {
+		if _, err := e.call(ctx, d.PipeDir(), "quit"); err != nil {
+			return err
+		}
 	}
-	return out
+	return os.RemoveAll(d.PipeDir())
+}
+
+// List implements MPSControl: the daemons that left a pipe directory.
+func (e ExecMPS) List(ctx context.Context) (map[string]bool, error) {
+	dirs, err := filepath.Glob(filepath.Join(e.StateDir, "mps", "*", "pipe"))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(dirs))
+	for _, p := range dirs {
+		d := MPSDaemon{GPU: filepath.Base(filepath.Dir(p)), Dir: filepath.Dir(p)}
+		if b, err := os.ReadFile(filepath.Join(d.Dir, mpsUUIDFile)); err == nil && strings.TrimSpace(string(b)) != "" {
+			d.GPU = strings.TrimSpace(string(b))
+		}
+		out[d.GPU] = e.answers(ctx, d) == nil
+	}
+	return out, nil
+}
+
+// RunMPSDaemon is the body of an MPS daemon pod's container: it becomes
+// the control program in the foreground ("-f"), for the GPU and
+// directories of d, with the driver's libraries in libraryDir.
+func RunMPSDaemon(d MPSDaemon, command []string, libraryDir string) error {
+	if err := writeMPSDir(d); err != nil {
+		return err
+	}
+	path, err := exec.LookPath(command[0])
+	if err != nil {
+		return err
+	}
+	env := toolEnv(libraryDir, "CUDA_VISIBLE_DEVICES="+d.GPU, "CUDA_MPS_PIPE_DIRECTORY="+d.PipeDir(), "CUDA_MPS_LOG_DIRECTORY="+d.LogDir())
+	return syscall.Exec(path, append(append([]string{command[0]}, command[1:]...), "-f"), env)
+}
+
+// ProbeMPSDaemon is an MPS daemon pod's liveness probe: the daemon of d
+// answers a query.
+func ProbeMPSDaemon(ctx context.Context, d MPSDaemon, command []string, libraryDir string) error {
+	return ExecMPS{Command: command, LibraryDir: libraryDir}.answers(ctx, d)
 }
 
 // ToolTimeout bounds every run of an NVIDIA program (nvidia-smi,

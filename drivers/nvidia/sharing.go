@@ -41,15 +41,6 @@ const (
 	claimFilesDirName = "claims"
 )
 
-// MPSControl starts and stops the CUDA MPS control daemon of a GPU
-// (nvidia-cuda-mps-control). One daemon serves every MPS claim of a GPU.
-type MPSControl interface {
-	Start(ctx context.Context, gpuUUID, pipeDir, logDir string) error
-	Stop(ctx context.Context, gpuUUID, pipeDir string) error
-	// Running lists the GPU UUIDs with a running daemon.
-	Running() []string
-}
-
 // sharedDevice is a shared GPU of a claim with the limits to enforce.
 type sharedDevice struct {
 	gpu      *gpu
@@ -208,10 +199,16 @@ func (b *Backend) startSharing(ctx context.Context, g *gpu, s sharedDevice) erro
 			if ret := g.handle.SetComputeMode(nvml.COMPUTEMODE_EXCLUSIVE_PROCESS); ret != nvml.SUCCESS {
 				return nvmlError("set exclusive-process compute mode on "+g.name, ret)
 			}
-			if err := b.cfg.MPS.Start(ctx, g.uuid, b.mpsDir(g, "pipe"), b.mpsDir(g, "log")); err != nil {
+		}
+		// Every MPS claim finds its GPU's daemon answering: the first
+		// starts it, a later one restarts it if it died.
+		if err := b.cfg.MPS.Ensure(ctx, g.uuid, b.mpsDaemon(g).Dir); err != nil {
+			if b.mpsUsers[g.name] == 0 {
 				g.handle.SetComputeMode(nvml.COMPUTEMODE_DEFAULT)
-				return fmt.Errorf("start MPS daemon on %s: %w", g.name, err)
 			}
+			return fmt.Errorf("start MPS daemon on %s: %w", g.name, err)
+		}
+		if b.mpsUsers[g.name] == 0 {
 			klog.FromContext(ctx).V(1).Info("Started MPS daemon", "gpu", g.name)
 		}
 		b.mpsUsers[g.name]++
@@ -276,7 +273,7 @@ func (b *Backend) stopSharing(ctx context.Context, g *gpu, st deviceState) error
 }
 
 func (b *Backend) stopMPS(ctx context.Context, g *gpu) error {
-	if err := b.cfg.MPS.Stop(ctx, g.uuid, b.mpsDir(g, "pipe")); err != nil {
+	if err := b.cfg.MPS.Stop(ctx, g.uuid, b.mpsDaemon(g).Dir); err != nil {
 		return fmt.Errorf("stop MPS daemon on %s: %w", g.name, err)
 	}
 	if ret := g.handle.SetComputeMode(nvml.COMPUTEMODE_DEFAULT); ret != nvml.SUCCESS {
@@ -286,24 +283,106 @@ func (b *Backend) stopMPS(ctx context.Context, g *gpu) error {
 	return nil
 }
 
-// stopUnusedMPS stops daemons that no prepared claim uses, after a crash.
-func (b *Backend) stopUnusedMPS(ctx context.Context) error {
+// reconcileMPSLocked makes the daemons match the prepared claims, after a
+// restart or another instance's changes: a daemon no claim uses is
+// stopped (one that does not answer, as after a reboot, is only cleaned
+// up), and the daemon of a GPU with MPS claims is started again if it does
+// not answer. Failures are logged, not returned: start-up goes on, and
+// the health probe tries again.
+func (b *Backend) reconcileMPSLocked(ctx context.Context) {
 	if b.cfg.MPS == nil {
-		return nil
+		return
 	}
-	var errs []error
-	for _, uuid := range b.cfg.MPS.Running() {
-		for _, g := range b.gpus {
-			if g.uuid == uuid && b.mpsUsers[g.name] == 0 {
-				errs = append(errs, b.stopMPS(ctx, g))
+	logger := klog.FromContext(ctx)
+	daemons, err := b.cfg.MPS.List(ctx)
+	if err != nil {
+		logger.Error(err, "Cannot list MPS daemons")
+	}
+	for uuid, answers := range daemons {
+		g := b.gpuByUUID(uuid)
+		if g != nil && b.mpsUsers[g.name] > 0 {
+			continue
+		}
+		if g == nil {
+			// Not a GPU of this node (any more): only its files go.
+			if err := b.cfg.MPS.Stop(ctx, uuid, MPSDir(b.cfg.StateDir, uuid)); err != nil {
+				logger.Error(err, "Cannot remove the MPS daemon of a GPU that is gone", "gpu", uuid)
 			}
+			continue
+		}
+		logger.Info("Stopping MPS daemon no prepared claim uses", "gpu", g.name, "answers", answers)
+		if err := b.stopMPS(ctx, g); err != nil {
+			logger.Error(err, "Cannot stop unused MPS daemon", "gpu", g.name)
 		}
 	}
-	return errors.Join(errs...)
+	b.ensureMPSLocked(ctx)
 }
 
-func (b *Backend) mpsDir(g *gpu, kind string) string {
-	return filepath.Join(b.cfg.StateDir, "mps", g.uuid, kind)
+// ensureMPSLocked starts again the daemon of every GPU with MPS claims
+// that does not answer.
+func (b *Backend) ensureMPSLocked(ctx context.Context) {
+	if b.cfg.MPS == nil {
+		return
+	}
+	for _, g := range b.gpus {
+		if b.mpsUsers[g.name] == 0 {
+			continue
+		}
+		if err := b.cfg.MPS.Ensure(ctx, g.uuid, b.mpsDaemon(g).Dir); err != nil {
+			klog.FromContext(ctx).Error(err, "MPS daemon of a GPU with MPS claims does not answer", "gpu", g.name, "claims", b.mpsUsers[g.name])
+		}
+	}
+}
+
+// checkMPS is the health probe's look at the MPS daemons: the daemon of
+// a healthy GPU with MPS claims that does not answer is started again.
+// The lock is held only to start one, as a prepare would.
+func (b *Backend) checkMPS(ctx context.Context) {
+	if b.cfg.MPS == nil {
+		return
+	}
+	b.mu.Lock()
+	var used []*gpu
+	for _, g := range b.gpus {
+		if b.mpsUsers[g.name] > 0 && b.health.isHealthy(g.name) {
+			used = append(used, g)
+		}
+	}
+	b.mu.Unlock()
+	if len(used) == 0 {
+		return
+	}
+	daemons, err := b.cfg.MPS.List(ctx)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot list MPS daemons")
+		return
+	}
+	for _, g := range used {
+		if daemons[g.uuid] {
+			continue
+		}
+		b.mu.Lock()
+		if b.mpsUsers[g.name] > 0 {
+			klog.FromContext(ctx).Info("MPS daemon of a GPU with MPS claims does not answer, starting it again", "gpu", g.name, "claims", b.mpsUsers[g.name])
+			if err := b.cfg.MPS.Ensure(ctx, g.uuid, b.mpsDaemon(g).Dir); err != nil {
+				klog.FromContext(ctx).Error(err, "Cannot start the MPS daemon again", "gpu", g.name)
+			}
+		}
+		b.mu.Unlock()
+	}
+}
+
+func (b *Backend) gpuByUUID(uuid string) *gpu {
+	for _, g := range b.gpus {
+		if g.uuid == uuid {
+			return g
+		}
+	}
+	return nil
+}
+
+func (b *Backend) mpsDaemon(g *gpu) MPSDaemon {
+	return MPSDaemon{GPU: g.uuid, Dir: MPSDir(b.cfg.StateDir, g.uuid)}
 }
 
 // sharingEdits are one shared device's edits that enforce its limits.
@@ -338,7 +417,7 @@ func (b *Backend) sharingEdits(claim plugin.ClaimRef, s sharedDevice) (cdispec.C
 			"CUDA_MPS_PIPE_DIRECTORY="+mpsPipeDir,
 			"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="+strconv.FormatInt(s.cores, 10),
 			fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=%dM", s.memory>>20))
-		edits.Mounts = append(edits.Mounts, &cdispec.Mount{HostPath: b.mpsDir(s.gpu, "pipe"), ContainerPath: mpsPipeDir, Options: []string{"rw", "nosuid", "nodev", "bind"}})
+		edits.Mounts = append(edits.Mounts, &cdispec.Mount{HostPath: b.mpsDaemon(s.gpu).PipeDir(), ContainerPath: mpsPipeDir, Options: []string{"rw", "nosuid", "nodev", "bind"}})
 	case strategyTimeSlicing, strategyNone:
 	}
 	return edits, nil

@@ -83,7 +83,7 @@ func TestMixedStrategiesInOneClaim(t *testing.T) {
 	if got := slicesSet.Get(srv.Device(0).UUID); got != 0 {
 		t.Errorf("time slice of GPU 0 = %d after unprepare, want 0 (Default)", got)
 	}
-	if got := b.cfg.MPS.Running(); len(got) != 0 {
+	if got := b.cfg.MPS.(*nvmlmock.MPS).Running(); len(got) != 0 {
 		t.Errorf("MPS daemons %v still running", got)
 	}
 	// Two MPS GPUs in one claim are refused before anything is touched.

@@ -119,10 +119,11 @@ func TestHAMiCoreCheckedBeforeUse(t *testing.T) {
 func TestToolThatLeavesADaemon(t *testing.T) {
 	dir := t.TempDir()
 	tool := filepath.Join(dir, "nvidia-cuda-mps-control")
-	if err := os.WriteFile(tool, []byte("#!/bin/sh\nsleep 3 &\nexit 0\n"), 0o755); err != nil {
+	// The stand-in answers every query.
+	if err := os.WriteFile(tool, []byte("#!/bin/sh\n[ \"$1\" = -d ] && { sleep 3 & exit 0; }\ncat >/dev/null; exit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := (ExecMPS{Binary: tool, StateDir: dir}).Start(context.Background(), "GPU-1", filepath.Join(dir, "pipe"), filepath.Join(dir, "log")); err != nil {
+	if err := (ExecMPS{Command: []string{tool}, StateDir: dir}).Ensure(context.Background(), "GPU-1", filepath.Join(dir, "mps", "GPU-1")); err != nil {
 		t.Errorf("a control program that started its daemon and exited 0: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,7 @@ import (
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/drivers/plugin"
 	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/sim"
 	"github.com/strata-sh/strata/sim/apply"
 	"github.com/strata-sh/strata/sim/realnode"
 )
@@ -35,10 +37,7 @@ func nvidiaNode(t *testing.T) (*env, *realnode.Node) {
 	e, n := realNode(t)
 	started := false
 	nvidiaOnce.Do(func() {
-		ds := pluginDaemonSet(t, n, "nvidia", map[string]any{"plugins": map[string]any{"nvidia": map[string]any{
-			"simulate": "nvidia-hgx-h100-cpu-nics",
-			"driver":   map[string]any{"migMode": "dynamic"},
-		}}})
+		ds := nvidiaDaemonSet(t, n)
 		e.runPlugin(t, n, ds)
 		waitDevices(t, e, n.Name(), nvidia.DriverName)
 		started = true
@@ -47,6 +46,14 @@ func nvidiaNode(t *testing.T) (*env, *realnode.Node) {
 		t.Fatal("the NVIDIA plugin did not start on the real node (see the first NVIDIA test's failure)")
 	}
 	return e, n
+}
+
+// nvidiaDaemonSet is the NVIDIA plugin's DaemonSet as nvidiaNode runs it.
+func nvidiaDaemonSet(t *testing.T, n *realnode.Node) *appsv1.DaemonSet {
+	return pluginDaemonSet(t, n, "nvidia", map[string]any{"plugins": map[string]any{"nvidia": map[string]any{
+		"simulate": "nvidia-hgx-h100-cpu-nics",
+		"driver":   map[string]any{"migMode": "dynamic"},
+	}}})
 }
 
 func nvidiaStarted(e *env, node string) bool {
@@ -296,4 +303,120 @@ func TestNVIDIASimulateRefusedWhereGPUsAre(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestNVIDIAMPSOutlivesPluginOnRealNode: a pod whose container uses its
+// GPU's MPS server keeps using the same server while the plugin's pod is
+// removed and started again (as a rolling update or an OOM kill does):
+// the daemon runs in a pod of its own, which the plugin made on its node.
+// When the claim goes, the restarted plugin stops the daemon and deletes
+// its pod. The container is a stand-in MPS client: it starts a server and
+// prints the daemon's server list every second.
+func TestNVIDIAMPSOutlivesPluginOnRealNode(t *testing.T) {
+	e, n := nvidiaNode(t)
+	ctx := context.Background()
+	mpsConfig := runtime.RawExtension{Raw: []byte(`{"apiVersion":"config.strata.sh/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS"}}`)}
+	tmpl := &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "mps-client", Namespace: metav1.NamespaceDefault},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "dev", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "nvidia-gpu.strata.sh"}}},
+			Config: []resourcev1.DeviceClaimConfiguration{{DeviceConfiguration: resourcev1.DeviceConfiguration{
+				Opaque: &resourcev1.OpaqueDeviceConfiguration{Driver: nvidia.DriverName, Parameters: mpsConfig}}}},
+		}}},
+	}
+	if _, err := e.client.ResourceV1().ResourceClaimTemplates(tmpl.Namespace).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = e.client.ResourceV1().ResourceClaimTemplates(tmpl.Namespace).Delete(context.Background(), tmpl.Name, metav1.DeleteOptions{})
+	})
+	client := shellPod("mps-client", n.Name(), map[string]string{"main": ""}, sim.ImageRegistry+"/nvidia-kubelet-plugin:"+sim.ImageTag)
+	client.Spec.Containers[0].Command = []string{"/usr/bin/nvidia-kubelet-plugin", "simulated-mps-control", "strata-fake", "watch", "1s"}
+	client = createPod(t, e, withClaim(client, tmpl.Name, "main"))
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := e.client.CoreV1().Pods(client.Namespace).Get(ctx, client.Name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, nil
+	})
+	if err != nil {
+		events, _ := e.client.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+		var msgs []string
+		for _, ev := range events.Items {
+			if ev.Type == corev1.EventTypeWarning {
+				msgs = append(msgs, fmt.Sprintf("%s %s: %s", ev.InvolvedObject.Name, ev.Reason, ev.Message))
+			}
+		}
+		t.Fatalf("the MPS client pod does not run: warnings %q\nplugin logs: %v", msgs, n.ContainerLogs("strata-system", "strata-"))
+	}
+	servers := regexp.MustCompile(`(?m)^(\S+) servers=(\S+)$`)
+	first := servers.FindStringSubmatch(runningLog(t, e, client, "main", "servers=", 3*time.Minute))
+	if first == nil {
+		t.Fatalf("the client's first line has no server list")
+	}
+
+	daemons := func() []corev1.Pod {
+		pods, err := e.client.CoreV1().Pods("strata-system").List(ctx, metav1.ListOptions{LabelSelector: nvidia.MPSPodNameLabel + "=" + nvidia.MPSPodName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pods.Items
+	}
+	before := daemons()
+	if len(before) != 1 || before[0].Spec.NodeName != n.Name() || before[0].Status.Phase != corev1.PodRunning {
+		t.Fatalf("MPS daemon pods %v, want one running on %s", podStates(before), n.Name())
+	}
+
+	ds := nvidiaDaemonSet(t, n)
+	mirror := ds.Name + "-" + n.Name()
+	if err := n.RemoveStaticPod(ds.Name); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, e, "strata-system", mirror)
+	gone := time.Now().UTC()
+	// Three more seconds of the client's lines, all after the plugin went.
+	var after []string
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		raw, err := e.client.CoreV1().Pods(client.Namespace).GetLogs(client.Name, &corev1.PodLogOptions{Container: "main"}).DoRaw(ctx)
+		if err != nil {
+			return false, nil
+		}
+		after = nil
+		for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			at, err := time.Parse(time.RFC3339Nano, strings.Fields(line + " x")[0])
+			if err == nil && at.After(gone) {
+				after = append(after, line)
+			}
+		}
+		return len(after) >= 3, nil
+	})
+	if err != nil {
+		t.Fatalf("the client printed %d lines after the plugin went: %q", len(after), after)
+	}
+	for _, line := range after {
+		if m := servers.FindStringSubmatch(line); m == nil || m[2] != first[2] {
+			t.Errorf("after the plugin went the client saw %q, want the same servers %s as before", line, first[2])
+		}
+	}
+	now := daemons()
+	if len(now) != 1 || now[0].UID != before[0].UID || now[0].Status.Phase != corev1.PodRunning || restartCount(&now[0]) != 0 {
+		t.Errorf("MPS daemon pods after the plugin went: %v, want %s still running without restarts", podStates(now), before[0].Name)
+	}
+
+	// The plugin comes back; once the claim goes, it stops the daemon.
+	e.runPlugin(t, n, ds)
+	if err := e.client.CoreV1().Pods(client.Namespace).Delete(ctx, client.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, e, "strata-system", before[0].Name)
+	dirs, _ := filepath.Glob(filepath.Join(n.KubeletDir(), "plugins", nvidia.DriverName, "mps", "*", "pipe"))
+	if len(dirs) != 0 {
+		t.Errorf("MPS pipe directories left after the last MPS claim: %v", dirs)
+	}
+}
+
+func podStates(pods []corev1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		out = append(out, fmt.Sprintf("%s (uid %s, node %s, %s, %d restarts)", p.Name, p.UID, p.Spec.NodeName, p.Status.Phase, restartCount(&p)))
+	}
+	return out
 }

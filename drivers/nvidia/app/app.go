@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -44,6 +45,19 @@ type Options struct {
 	// sharing and time-slice intervals other than Default.
 	MPSControl string
 	NvidiaSMI  string
+	// MPSDaemon says where MPS control daemons run: "process" (children of
+	// the plugin, for a plugin on the host) or "pod" (a pod per GPU, made
+	// through the API server, for a plugin in a container: the daemons
+	// outlive its restarts). The MPSDaemon* settings shape the pods.
+	MPSDaemon                 string
+	MPSDaemonNamespace        string
+	MPSDaemonImage            string
+	MPSDaemonImagePullSecrets string
+	MPSDaemonDriverRoot       string
+	MPSDaemonPriorityClass    string
+	// mpsCommand, if set, is the control program with leading arguments
+	// (a simulated machine's stand-in); it overrides MPSControl.
+	mpsCommand []string
 
 	MIGMode        string
 	HealthInterval time.Duration
@@ -60,6 +74,8 @@ func NewOptions() Options {
 		FabricPartitionsFile: "/run/nvidia-fabricmanager/partitions.json",
 		HAMiCoreLibrary:      nvidia.DefaultHAMiCoreLibrary,
 		MPSControl:           "nvidia-cuda-mps-control",
+		MPSDaemon:            MPSDaemonProcess,
+		MPSDaemonNamespace:   os.Getenv("POD_NAMESPACE"),
 		NvidiaSMI:            "nvidia-smi",
 		MIGMode:              string(nvidia.MIGStatic),
 		HealthInterval:       nvidia.DefaultHealthInterval,
@@ -79,6 +95,12 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HAMiCoreCheck, "hami-core-check", o.HAMiCoreCheck, "where the plugin sees --hami-core-library, to check it is a shared library before a container is told to preload it; empty skips the check")
 	fs.StringVar(&o.NVMLLibrary, "nvml-library", o.NVMLLibrary, "candidate paths of libnvidia-ml.so.1, colon-separated, the first that exists is loaded (e.g. under the host's driver root); empty uses the dynamic loader's search path")
 	fs.StringVar(&o.MPSControl, "mps-control", o.MPSControl, "MPS control program; empty disables MPS sharing")
+	fs.StringVar(&o.MPSDaemon, "mps-daemon", o.MPSDaemon, "where MPS control daemons run: process (children of the plugin, for a plugin run on the host) or pod (one pod per GPU on this node, made through the API server, so that a restart or update of the plugin's pod leaves them and their clients running)")
+	fs.StringVar(&o.MPSDaemonNamespace, "mps-daemon-namespace", o.MPSDaemonNamespace, "namespace of the MPS daemon pods (default $POD_NAMESPACE)")
+	fs.StringVar(&o.MPSDaemonImage, "mps-daemon-image", o.MPSDaemonImage, "image of the MPS daemon pods: the plugin's own (they run its mps-daemon command)")
+	fs.StringVar(&o.MPSDaemonImagePullSecrets, "mps-daemon-image-pull-secrets", o.MPSDaemonImagePullSecrets, "comma-separated image pull secrets of the MPS daemon pods")
+	fs.StringVar(&o.MPSDaemonDriverRoot, "mps-daemon-driver-root", o.MPSDaemonDriverRoot, "host path of the NVIDIA driver root, mounted read-only at "+nvidia.MPSDriverRootMount+" in the MPS daemon pods as in the plugin's (where --mps-control and --nvml-library point)")
+	fs.StringVar(&o.MPSDaemonPriorityClass, "mps-daemon-priority-class", o.MPSDaemonPriorityClass, "priority class of the MPS daemon pods")
 	fs.StringVar(&o.NvidiaSMI, "nvidia-smi", o.NvidiaSMI, "nvidia-smi program, used to set GPU time slices for TimeSlicing claims; empty refuses intervals other than Default")
 	fs.StringVar(&o.MIGMode, "mig-mode", o.MIGMode, "static: publish the MIG instances an operator made, never create or destroy one; dynamic: publish every MIG placement and create instances per claim")
 	fs.DurationVar(&o.HealthInterval, "health-interval", o.HealthInterval, "how often every GPU is probed for health and MIG layout changes (XID and ECC events arrive at once)")
@@ -93,6 +115,18 @@ func (o Options) Validate() error {
 	}
 	if o.HealthInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--health-interval must be positive, not %s", o.HealthInterval))
+	}
+	switch o.MPSDaemon {
+	case MPSDaemonProcess:
+	case MPSDaemonPod:
+		if o.MPSDaemonNamespace == "" {
+			errs = append(errs, errors.New("--mps-daemon=pod needs --mps-daemon-namespace or $POD_NAMESPACE"))
+		}
+		if o.MPSDaemonImage == "" {
+			errs = append(errs, errors.New("--mps-daemon=pod needs --mps-daemon-image"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--mps-daemon must be %s or %s, not %q", MPSDaemonProcess, MPSDaemonPod, o.MPSDaemon))
 	}
 	if o.XIDHoldDown < 0 {
 		errs = append(errs, fmt.Errorf("--xid-hold-down must not be negative, not %s", o.XIDHoldDown))
@@ -162,8 +196,12 @@ func Start(ctx context.Context, o Options, client kubernetes.Interface, host Hos
 			cfg.NVML = nvml.New(nvml.WithLibraryPath(lib))
 		}
 	}
-	if cfg.MPS == nil && o.MPSControl != "" {
-		cfg.MPS = nvidia.ExecMPS{Binary: o.MPSControl, StateDir: o.PluginDataDir, LibraryDir: libraryDir}
+	if cfg.MPS == nil {
+		mps, err := o.mpsControl(ctx, client, libraryDir)
+		if err != nil {
+			return nil, err
+		}
+		cfg.MPS = mps
 	}
 	if cfg.TimeSlice == nil && o.NvidiaSMI != "" {
 		cfg.TimeSlice = nvidia.ExecTimeSlice{Binary: o.NvidiaSMI, LibraryDir: libraryDir}
@@ -214,7 +252,14 @@ func simulate(o Options) (Options, Host, error) {
 	o.HAMiCoreLibrary = m.Path(simulated.HAMiCoreLibrary)
 	// The simulated machine's library is a stand-in, not a shared object.
 	o.HAMiCoreCheck = ""
-	return o, Host{NVML: m.NVML, MPS: m.MPS, TimeSlice: m.TimeSlices}, nil
+	// MPS daemons are processes of the stand-in program, which is this
+	// binary: they live and die as real ones do.
+	self, err := os.Executable()
+	if err != nil {
+		return o, Host{}, err
+	}
+	o.mpsCommand = []string{self, SimulatedMPSControlCommand}
+	return o, Host{NVML: m.NVML, TimeSlice: m.TimeSlices}, nil
 }
 
 // findLibrary returns the first existing path of a colon-separated list,
@@ -232,4 +277,54 @@ func findLibrary(candidates string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("none of %s exists", candidates)
+}
+
+// Where MPS daemons run (--mps-daemon).
+const (
+	MPSDaemonProcess = "process"
+	MPSDaemonPod     = "pod"
+)
+
+// mpsControl is the MPS control the options give; nil disables MPS.
+func (o Options) mpsControl(ctx context.Context, client kubernetes.Interface, libraryDir string) (nvidia.MPSControl, error) {
+	command := o.mpsCommand
+	if command == nil && o.MPSControl != "" {
+		command = []string{o.MPSControl}
+	}
+	if command == nil {
+		return nil, nil
+	}
+	exec := nvidia.ExecMPS{Command: command, StateDir: o.PluginDataDir, LibraryDir: libraryDir}
+	if o.MPSDaemon != MPSDaemonPod {
+		return exec, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	p := &nvidia.PodMPS{
+		Exec:              exec,
+		Client:            client,
+		Namespace:         o.MPSDaemonNamespace,
+		NodeName:          o.NodeName,
+		NodeUID:           o.NodeUID,
+		Image:             o.MPSDaemonImage,
+		DaemonCommand:     []string{self, MPSDaemonCommand},
+		DriverRoot:        o.MPSDaemonDriverRoot,
+		PriorityClassName: o.MPSDaemonPriorityClass,
+	}
+	for _, s := range strings.Split(o.MPSDaemonImagePullSecrets, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			p.ImagePullSecrets = append(p.ImagePullSecrets, s)
+		}
+	}
+	if p.NodeUID == "" {
+		// The daemon pods are owned by the node, so that they go with it.
+		if node, err := client.CoreV1().Nodes().Get(ctx, o.NodeName, metav1.GetOptions{}); err == nil {
+			p.NodeUID = node.UID
+		} else {
+			klog.FromContext(ctx).Error(err, "Cannot read the node; MPS daemon pods get no owner")
+		}
+	}
+	return p, nil
 }

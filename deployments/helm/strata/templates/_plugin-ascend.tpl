@@ -55,3 +55,6 @@ to mount. */}}
     type: File
 {{- end }}
 {{- end -}}
+
+{{- define "strata.plugin.ascend.rules" -}}
+{{- end -}}

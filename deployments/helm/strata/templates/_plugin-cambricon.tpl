@@ -53,3 +53,6 @@ to mount. */}}
     type: File
 {{- end }}
 {{- end -}}
+
+{{- define "strata.plugin.cambricon.rules" -}}
+{{- end -}}

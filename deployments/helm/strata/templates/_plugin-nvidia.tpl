@@ -16,6 +16,27 @@ paths in the CDI specs (--dev-root=/). */}}
 {{- end }}
 - --nvidia-smi=/driver-root/usr/bin/nvidia-smi
 - --mps-control=/driver-root/usr/bin/nvidia-cuda-mps-control
+- --mps-daemon={{ .p.mps.daemon }}
+{{- if eq .p.mps.daemon "pod" }}
+- --mps-daemon-image={{ include "strata.image" (dict "root" .root "image" .p.image) }}
+- --mps-daemon-driver-root={{ .p.driver.root }}
+{{- with .p.priorityClassName }}
+- --mps-daemon-priority-class={{ . }}
+{{- end }}
+{{- with .root.Values.imagePullSecrets }}
+- --mps-daemon-image-pull-secrets={{ range $i, $s := . }}{{ if $i }},{{ end }}{{ $s.name }}{{ end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- /* Rules in the release namespace: the MPS daemon pods, which the
+node-restricted-mps-pods policy keeps to the plugin's own node. */}}
+{{- define "strata.plugin.nvidia.rules" -}}
+{{- if eq .p.mps.daemon "pod" }}
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, create, delete]
+{{- end }}
 {{- end -}}
 
 {{- define "strata.plugin.nvidia.env" -}}

@@ -30,3 +30,6 @@ dnsPolicy: ClusterFirstWithHostNet
 {{- define "strata.plugin.rdma.capabilities" -}}
 - NET_ADMIN
 {{- end -}}
+
+{{- define "strata.plugin.rdma.rules" -}}
+{{- end -}}
