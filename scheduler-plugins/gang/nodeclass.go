@@ -5,11 +5,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
+	"math/big"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/structured"
 )
@@ -112,7 +115,7 @@ func hashSlice(s *resourceapi.ResourceSlice) [32]byte {
 		for _, name := range sortedKeys(cs.Counters) {
 			write(name)
 			v := cs.Counters[name].Value
-			write(v.String())
+			write(quantityKey(v))
 		}
 	}
 	for _, d := range s.Spec.Devices {
@@ -138,14 +141,14 @@ func hashSlice(s *resourceapi.ResourceSlice) [32]byte {
 		for _, name := range sortedKeys(d.Capacity) {
 			write(string(name))
 			v := d.Capacity[name].Value
-			write(v.String())
+			write(quantityKey(v))
 		}
 		for _, c := range d.ConsumesCounters {
 			write(c.CounterSet)
 			for _, name := range sortedKeys(c.Counters) {
 				write(name)
 				v := c.Counters[name].Value
-				write(v.String())
+				write(quantityKey(v))
 			}
 		}
 		for _, t := range d.Taints {
@@ -156,6 +159,29 @@ func hashSlice(s *resourceapi.ResourceSlice) [32]byte {
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
 	return sum
+}
+
+// quantityKey is a quantity's value in one spelling for each value:
+// Quantity.String gives back the text a quantity was parsed from ("01",
+// "1000m", "1Ki" and "1024" all stay as written), so equal capacities
+// would hash apart. The value is written as unscaled digits, trailing
+// zeros dropped, and a power of ten.
+func quantityKey(v resource.Quantity) string {
+	d := v.AsDec() // v is a copy; the result is only read
+	u := new(big.Int).Set(d.UnscaledBig())
+	exp := -int64(d.Scale())
+	if u.Sign() == 0 {
+		return "0"
+	}
+	ten, r := big.NewInt(10), new(big.Int)
+	for {
+		q, m := new(big.Int).QuoRem(u, ten, r)
+		if m.Sign() != 0 {
+			break
+		}
+		u, exp = q, exp+1
+	}
+	return u.String() + "e" + strconv.FormatInt(exp, 10)
 }
 
 func sortedKeys[K ~string, V any](m map[K]V) []K {
