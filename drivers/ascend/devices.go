@@ -64,8 +64,11 @@ type device struct {
 func npuName(n *npu) string { return fmt.Sprintf("npu-%d", n.PhyID) }
 
 func vnpuName(n *npu, t npusmi.Template, k int) string {
-	return fmt.Sprintf("%s-%s-%d", npuName(n), strings.ToLower(strings.ReplaceAll(t.Name, "_", "-")), k)
+	return fmt.Sprintf("%s-%s-%d", npuName(n), slotTemplate(t.Name), k)
 }
+
+// slotTemplate is a template's name as vNPU slot names carry it.
+func slotTemplate(name string) string { return strings.ToLower(strings.ReplaceAll(name, "_", "-")) }
 
 func counterSetName(n *npu) string { return npuName(n) }
 

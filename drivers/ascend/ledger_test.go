@@ -2,6 +2,7 @@ package ascend
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -116,5 +117,76 @@ func TestUnreadableLedgerDestroysNothing(t *testing.T) {
 				t.Errorf("ledger file now %s (%v)", raw, err)
 			}
 		})
+	}
+}
+
+// An operator who destroys one of the plugin's vNPUs and makes one of
+// their own with its id (from another template) keeps it: neither the
+// claim's unprepare nor a reconcile destroys it. A vNPU of the ledger that
+// vanished is dropped from the ledger when the plugin next makes a vNPU
+// on its chip, so its claim's unprepare cannot destroy what takes its id
+// later, even from the same template.
+func TestReplacedVNPUIsNotDestroyed(t *testing.T) {
+	tool := newTool(t)
+	ctx, b := newBackend(t, tool, t.TempDir())
+	replace := func(card, id int, template string) {
+		t.Helper()
+		if err := tool.DestroyVNPU(ctx, card, 0, id); err != nil {
+			t.Fatal(err)
+		}
+		if template == "" {
+			return
+		}
+		if _, err := tool.CreateVNPU(ctx, card, 0, template, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, uid := range []string{"c1", "c2", "c3"} {
+		dev := map[string]string{"c1": "npu-2-vir05-1c-16g-0", "c2": "npu-3-vir05-1c-16g-0", "c3": "npu-4-vir05-1c-16g-0"}[uid]
+		if _, err := b.Prepare(ctx, request(uid, dev)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replace(2, 132, "vir10_3c_32g")
+	replace(3, 148, "vir10_3c_32g")
+	if err := b.Unprepare(ctx, plugin.ClaimRef{UID: "c1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Reconcile(ctx, []plugin.ClaimState{{ClaimRef: plugin.ClaimRef{UID: "c3"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := tool.all(t); !slices.Equal(got, []string{"2/132:vir10_3c_32g", "3/148:vir10_3c_32g", "4/164:vir05_1c_16g"}) {
+		t.Errorf("vNPUs %v, want the operator's two and c3's", got)
+	}
+
+	// c3's vNPU vanishes; c4's prepare on the chip drops its entry and
+	// gets its id. After c4 is gone, an operator's vNPU of c3's template
+	// takes the id, and c3's unprepare leaves it alone.
+	replace(4, 164, "")
+	if _, err := b.Prepare(ctx, request("c4", "npu-4-vir05-1c-16g-0")); err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.ledger.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []string
+	for _, e := range l.Instances {
+		entries = append(entries, fmt.Sprintf("%s:%d/%d", e.Claim, e.Card, e.ID))
+	}
+	if !slices.Equal(entries, []string{"c4:4/164"}) {
+		t.Errorf("ledger %v, want c4's vNPU 164 only", entries)
+	}
+	if err := b.Unprepare(ctx, plugin.ClaimRef{UID: "c4"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tool.CreateVNPU(ctx, 4, 0, "vir05_1c_16g", 164); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Unprepare(ctx, plugin.ClaimRef{UID: "c3"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := tool.all(t); !slices.Equal(got, []string{"2/132:vir10_3c_32g", "3/148:vir10_3c_32g", "4/164:vir05_1c_16g"}) {
+		t.Errorf("vNPUs %v, want the operator's three", got)
 	}
 }

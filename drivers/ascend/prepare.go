@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,13 +36,37 @@ const ledgerFile = "vnpus.json"
 type vnpu struct {
 	Claim  types.UID `json:"claim"`
 	Device string    `json:"device"`
-	Card   int       `json:"card"`
-	Chip   int       `json:"chip"`
-	ID     int       `json:"id"`
+	// Template is what the vNPU was made from. Entries of releases
+	// before it was recorded lack it: their device name says it (see
+	// template).
+	Template string `json:"template,omitempty"`
+	Card     int    `json:"card"`
+	Chip     int    `json:"chip"`
+	ID       int    `json:"id"`
 }
 
 // ClaimUID implements plugin.LedgerInstance.
 func (v vnpu) ClaimUID() types.UID { return v.Claim }
+
+// is says whether a vNPU that npu-smi lists on the entry's chip is the
+// one the entry records: its id and its template. An id alone is not
+// enough: npu-smi takes any free id, so a vNPU of the plugin that an
+// operator destroyed can be followed by one of theirs under its id. One
+// of the same template under the same id cannot be told apart (npu-smi
+// reports nothing else a vNPU was made with); dropping vanished entries
+// whenever the chip is listed for a create (see pruneLocked) narrows that
+// to what happens between two of the plugin's operations on the chip.
+func (v vnpu) is(listed npusmi.VNPU) bool {
+	if v.ID != listed.ID {
+		return false
+	}
+	if v.Template != "" {
+		return v.Template == listed.Template
+	}
+	// An entry of an earlier release: the device name,
+	// npu-<phy>-<template>-<k>, carries the template as vnpuName writes it.
+	return strings.HasSuffix(strings.TrimRight(v.Device, "0123456789"), "-"+slotTemplate(listed.Template)+"-")
+}
 
 // newLedger is the vNPU ledger in dir. It has been a bare list of vNPUs
 // from the start, and stays one so that an older release reads it.
@@ -65,7 +90,7 @@ func (b *Backend) chipResourcesLocked(ctx context.Context, n *npu, ledger []vnpu
 				continue
 			}
 			existing = append(existing, t)
-			if !slicesContainsID(ledger, n, v.ID) {
+			if !holds(ledger, n, v) {
 				foreign = append(foreign, t)
 			}
 		}
@@ -88,13 +113,20 @@ func (b *Backend) chipResourcesLocked(ctx context.Context, n *npu, ledger []vnpu
 	return usable, foreign, nil
 }
 
-func slicesContainsID(ledger []vnpu, n *npu, id int) bool {
-	for _, e := range ledger {
-		if e.Card == n.Card && e.Chip == n.chipID() && e.ID == id {
-			return true
-		}
-	}
-	return false
+// holds says whether the ledger records a vNPU the chip lists.
+func holds(ledger []vnpu, n *npu, v npusmi.VNPU) bool {
+	return slices.ContainsFunc(ledger, func(e vnpu) bool { return e.Card == n.Card && e.Chip == n.chipID() && e.is(v) })
+}
+
+// pruneLocked drops the ledger's entries of a chip that the chip's
+// listing does not show (gone by id, or its id now another template's):
+// the vNPU went outside the plugin (an operator, a driver reload), and
+// the entry must not claim, nor its claim's unprepare destroy, a vNPU
+// that takes the id later.
+func pruneLocked(l *plugin.Ledger[vnpu, plugin.NoLedgerExtra], n *npu, listed []npusmi.VNPU) {
+	l.Instances = slices.DeleteFunc(l.Instances, func(e vnpu) bool {
+		return e.Card == n.Card && e.Chip == n.chipID() && !slices.ContainsFunc(listed, e.is)
+	})
 }
 
 // Validate checks the devices belong to this node.
@@ -185,6 +217,7 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, d *de
 	if err != nil {
 		return vnpu{}, err
 	}
+	pruneLocked(l, n, existing)
 	used := map[int]bool{}
 	for _, v := range existing {
 		used[v.ID] = true
@@ -204,7 +237,7 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, d *de
 	if id < 0 {
 		return vnpu{}, fmt.Errorf("NPU %d: no free vNPU id", n.PhyID)
 	}
-	v := vnpu{Claim: claim.UID, Device: d.name, Card: n.Card, Chip: n.chipID(), ID: id}
+	v := vnpu{Claim: claim.UID, Device: d.name, Template: d.template.Name, Card: n.Card, Chip: n.chipID(), ID: id}
 	before := len(l.Instances)
 	l.Instances = append(l.Instances, v)
 	if err := b.ledger.Save(l); err != nil {
@@ -236,14 +269,16 @@ func (b *Backend) unprepareLocked(ctx context.Context, claim plugin.ClaimRef, _ 
 	return b.ledger.Release(claim.UID, func(e vnpu) error { return b.destroy(ctx, e) }, nil)
 }
 
-// destroy removes a vNPU; one that is gone already is fine.
+// destroy removes the vNPU of a ledger entry. One that is gone already
+// is fine, and so is one whose id another template's vNPU now holds:
+// that is someone else's (see vnpu.is).
 func (b *Backend) destroy(ctx context.Context, e vnpu) error {
 	info, err := b.cfg.Tool.VNPUInfo(ctx, e.Card, e.Chip)
 	if err != nil {
 		return fmt.Errorf("card %d chip %d: list vNPUs: %w", e.Card, e.Chip, err)
 	}
 	for _, v := range info.VNPUs {
-		if v.ID == e.ID {
+		if e.is(v) {
 			if err := b.cfg.Tool.DestroyVNPU(ctx, e.Card, e.Chip, e.ID); err != nil {
 				return fmt.Errorf("card %d chip %d: destroy vNPU %d: %w", e.Card, e.Chip, e.ID, err)
 			}
