@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/strata-sh/strata/internal/fileutil"
 )
 
 // checkpointVersion names the envelope layout. Readers accept only this
@@ -152,7 +154,7 @@ func (s *checkpointStore) save(data *checkpointData) error {
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}
-	if err := WriteFileAtomic(s.path, raw); err != nil {
+	if err := fileutil.WriteAtomic(s.path, raw); err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	s.seen = sum

@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/strata-sh/strata/cdi"
+	"github.com/strata-sh/strata/internal/fileutil"
 )
 
 // DefaultBootIDPath is where Linux exposes the id of the current boot.
@@ -128,11 +129,11 @@ type Driver struct {
 	cfg   Config
 	cdi   *cdi.Writer
 	store checkpointStore
-	// lock is shared with the other instances of the plugin on the node:
-	// it is held, after mu, while state is brought up to date with the
+	// lock excludes the other instances of the plugin on the node: it is
+	// held, after mu, while state is brought up to date with the
 	// checkpoint and while the checkpoint, the CDI specs or the hardware
 	// change, and released when the plugin is idle.
-	lock     fileLock
+	lock     fileutil.Lock
 	recorder record.EventRecorder
 	stopRec  func()
 	helper   *kubeletplugin.Helper
@@ -237,7 +238,7 @@ func newDriver(cfg Config) (*Driver, error) {
 		cfg:   cfg,
 		cdi:   writer,
 		store: checkpointStore{path: filepath.Join(cfg.PluginDataDir, "checkpoint.json")},
-		lock:  fileLock{path: filepath.Join(cfg.PluginDataDir, lockFileName)},
+		lock:  instanceLock(cfg.PluginDataDir),
 	}, nil
 }
 
@@ -275,7 +276,7 @@ func (d *Driver) Republish(ctx context.Context) error {
 func (d *Driver) refreshInventory(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	release, err := d.lock.acquire(ctx)
+	release, err := d.lock.Acquire(ctx)
 	if err != nil {
 		return err
 	}
@@ -343,7 +344,7 @@ func (d *Driver) nodeRef() *corev1.ObjectReference {
 func (d *Driver) startUp(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	release, err := d.lock.acquire(ctx)
+	release, err := d.lock.Acquire(ctx)
 	if err != nil {
 		return err
 	}
@@ -375,7 +376,7 @@ func (d *Driver) restoreLocked(ctx context.Context, startUp bool) error {
 // brings state up to date with the checkpoint. The caller holds mu and
 // must call release.
 func (d *Driver) lockSharedLocked(ctx context.Context) (release func(), err error) {
-	release, err = d.lock.acquire(ctx)
+	release, err = d.lock.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}

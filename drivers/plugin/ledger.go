@@ -9,6 +9,8 @@ import (
 	"os"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/strata-sh/strata/internal/fileutil"
 )
 
 // A backend that makes hardware instances for claims (partitions such as
@@ -115,7 +117,7 @@ func (f *LedgerFile[T, X]) Save(l *Ledger[T, X]) error {
 	if l.raw != nil && bytes.Equal(raw, l.raw) {
 		return nil
 	}
-	if err := WriteFileAtomic(f.path, raw); err != nil {
+	if err := fileutil.WriteAtomic(f.path, raw); err != nil {
 		return fmt.Errorf("write instance ledger: %w", err)
 	}
 	l.raw = raw

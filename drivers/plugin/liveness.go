@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/strata-sh/strata/internal/fileutil"
 )
 
 // Liveness: a plugin whose vendor call hangs holds the driver's lock, and
@@ -71,7 +73,7 @@ func (d *Driver) watchLiveness(ctx context.Context) {
 		case free = <-got:
 		}
 		raw, _ := json.Marshal(livenessState{LockFree: free, Ready: true})
-		if err := WriteFileAtomic(path, raw); err != nil {
+		if err := fileutil.WriteAtomic(path, raw); err != nil {
 			logger.Error(err, "Writing the liveness file failed", "path", path)
 		}
 		select {

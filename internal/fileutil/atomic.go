@@ -1,14 +1,17 @@
-package plugin
+// Package fileutil holds the file primitives Strata's node agents build
+// their state on: replacing a file so that a crash leaves the old or the
+// new content, and an exclusive flock(2) whose wait can be cancelled.
+package fileutil
 
 import (
 	"os"
 	"path/filepath"
 )
 
-// WriteFileAtomic replaces path with data so that a crash leaves either
-// the old or the new content: a temporary file in the same folder,
-// synced, renamed over path, and the folder synced.
-func WriteFileAtomic(path string, data []byte) error {
+// WriteAtomic replaces path with data so that a crash leaves either the
+// old or the new content: a temporary file in the same folder, synced,
+// renamed over path, and the folder synced.
+func WriteAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".*.tmp")
 	if err != nil {
