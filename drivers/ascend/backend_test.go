@@ -271,6 +271,69 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 	}
 }
 
+// lateTool is npu-smi that makes a vNPU and then reports a failure, as
+// one killed at its deadline after the driver made it does; with
+// destroyFails, destroying fails too.
+type lateTool struct {
+	*tool
+	destroyFails bool
+}
+
+func (l *lateTool) CreateVNPU(ctx context.Context, card, chip int, template string, id int) (npusmi.VNPU, error) {
+	if _, err := l.tool.CreateVNPU(ctx, card, chip, template, id); err != nil {
+		return npusmi.VNPU{}, err
+	}
+	return npusmi.VNPU{}, fmt.Errorf("npu-smi set -t create-vnpu -i %d -c %d: no answer within 30s, killed", card, chip)
+}
+
+func (l *lateTool) DestroyVNPU(ctx context.Context, card, chip, id int) error {
+	if l.destroyFails {
+		return fmt.Errorf("npu-smi set -t destroy-vnpu -i %d -c %d -v %d: no answer within 30s, killed", card, chip, id)
+	}
+	return l.tool.DestroyVNPU(ctx, card, chip, id)
+}
+
+// A create that npu-smi reports failed after making the vNPU is rolled
+// back like one that succeeded: the failed prepare destroys it, or, where
+// that fails too, its ledger entry stays for a later unprepare or
+// reconcile to destroy it. It never becomes a vNPU nobody owns.
+func TestVNPUMadeByAFailedCreateIsDestroyed(t *testing.T) {
+	for name, destroyFails := range map[string]bool{"by the failed prepare": false, "by a later reconcile": true} {
+		t.Run(name, func(t *testing.T) {
+			tl := &lateTool{tool: newTool(t), destroyFails: destroyFails}
+			ctx, b := newBackend(t, tl, t.TempDir())
+			if _, err := b.Prepare(ctx, request("c1", "npu-3-vir05-1c-16g-0")); err == nil || !strings.Contains(err.Error(), "killed") {
+				t.Fatalf("prepare: %v, want npu-smi's failure", err)
+			}
+			l, err := b.ledger.Load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if destroyFails {
+				if got := tl.all(t); !slices.Equal(got, []string{"3/148:vir05_1c_16g"}) {
+					t.Fatalf("vNPUs %v, want the one npu-smi made", got)
+				}
+				if len(l.Instances) != 1 || l.Instances[0].Claim != "c1" || l.Instances[0].ID != 148 {
+					t.Fatalf("ledger %+v, want c1's vNPU 148 kept", l.Instances)
+				}
+				tl.destroyFails = false
+				if err := b.Reconcile(ctx, nil); err != nil {
+					t.Fatal(err)
+				}
+				if l, err = b.ledger.Load(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := tl.all(t); len(got) != 0 {
+				t.Errorf("vNPUs %v left", got)
+			}
+			if len(l.Instances) != 0 {
+				t.Errorf("ledger %+v, want empty", l.Instances)
+			}
+		})
+	}
+}
+
 func TestDriverMountsFollowTheConfig(t *testing.T) {
 	tool := newTool(t)
 	ctx, b := newBackend(t, tool, t.TempDir())

@@ -206,6 +206,8 @@ func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
 
 // createLocked makes a vNPU for a device of a claim: the lowest free id
 // of the chip's range, recorded in the ledger before npu-smi makes it.
+// On error the entry may stay in the ledger: the caller releases the
+// claim.
 func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, d *device) (vnpu, error) {
 	n := d.npu
 	info, err := b.cfg.Tool.VNPUInfo(ctx, n.Card, n.chipID())
@@ -238,18 +240,16 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, d *de
 		return vnpu{}, fmt.Errorf("NPU %d: no free vNPU id", n.PhyID)
 	}
 	v := vnpu{Claim: claim.UID, Device: d.name, Template: d.template.Name, Card: n.Card, Chip: n.chipID(), ID: id}
-	before := len(l.Instances)
 	l.Instances = append(l.Instances, v)
 	if err := b.ledger.Save(l); err != nil {
 		return vnpu{}, fmt.Errorf("record vNPU: %w", err)
 	}
 	if _, err := b.cfg.Tool.CreateVNPU(ctx, n.Card, n.chipID(), d.template.Name, id); err != nil {
-		// npu-smi made nothing: the entry goes now, as an unprepare
-		// would destroy by id alone whatever holds the id by then.
-		l.Instances = l.Instances[:before]
-		if lerr := b.ledger.Save(l); lerr != nil {
-			err = errors.Join(err, lerr)
-		}
+		// The entry stays: npu-smi may have made the vNPU before it
+		// failed (killed at its deadline, or failing to list it
+		// afterwards). The prepare's rollback, or a later unprepare or
+		// reconcile where that fails, destroys it if the chip lists it
+		// (see destroy), and drops the entry.
 		return vnpu{}, fmt.Errorf("NPU %d: create vNPU %s: %w", n.PhyID, d.template.Name, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Created vNPU", "npu", n.PhyID, "template", d.template.Name, "id", id)
