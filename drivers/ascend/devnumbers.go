@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/drivers/devnum"
 )
 
 // majors are the character device majors the Ascend driver registered,
@@ -30,7 +30,7 @@ const (
 // a node numbered 0:N in the CDI spec, which the runtime makes and which
 // opens nothing (or, on a host whose major 0 is taken, something else).
 func readMajors(procRoot string) (majors, error) {
-	all, err := plugin.CharDeviceMajors(procRoot)
+	all, err := devnum.CharDeviceMajors(procRoot)
 	if err != nil {
 		return majors{}, err
 	}

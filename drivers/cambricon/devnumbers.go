@@ -12,6 +12,7 @@ import (
 
 	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
 
+	"github.com/strata-sh/strata/drivers/devnum"
 	"github.com/strata-sh/strata/drivers/plugin"
 )
 
@@ -35,7 +36,7 @@ const (
 )
 
 func readMajors(procRoot string) (majors, error) {
-	all, err := plugin.CharDeviceMajors(procRoot)
+	all, err := devnum.CharDeviceMajors(procRoot)
 	if err != nil {
 		return majors{}, err
 	}

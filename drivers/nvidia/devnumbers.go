@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/drivers/devnum"
 )
 
 // devNumbers are the character device numbers the NVIDIA kernel modules
@@ -23,7 +23,7 @@ type devNumbers struct {
 }
 
 func readDevNumbers(procRoot string) (devNumbers, error) {
-	all, err := plugin.CharDeviceMajors(procRoot)
+	all, err := devnum.CharDeviceMajors(procRoot)
 	if err != nil {
 		return devNumbers{}, err
 	}
@@ -71,7 +71,7 @@ func parseMIGMinors(raw []byte) map[string]int64 {
 		}
 		// A minor past the kernel's range is not one (skipped, as a
 		// line of something else is).
-		if n, err := strconv.ParseInt(fields[1], 10, 64); err == nil && n >= 0 && n <= plugin.MaxMinor {
+		if n, err := strconv.ParseInt(fields[1], 10, 64); err == nil && n >= 0 && n <= devnum.MaxMinor {
 			out[fields[0]] = n
 		}
 	}

@@ -23,8 +23,8 @@ func TestCharDeviceNode(t *testing.T) {
 			&cdispec.DeviceNode{Path: "/dev/hisi_hdc", HostPath: "/host/dev/hisi_hdc", Type: "c", Major: 239, Minor: 0}},
 		"a folder under /dev": {"/tmp/node", "/dev/infiniband/uverbs2", 231, 194,
 			&cdispec.DeviceNode{Path: "/dev/infiniband/uverbs2", HostPath: "/tmp/node/dev/infiniband/uverbs2", Type: "c", Major: 231, Minor: 194}},
-		"largest numbers": {"/", "/dev/nvidia-caps/nvidia-cap1048575", MaxMajor, MaxMinor,
-			&cdispec.DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap1048575", HostPath: "/dev/nvidia-caps/nvidia-cap1048575", Type: "c", Major: MaxMajor, Minor: MaxMinor}},
+		"largest numbers": {"/", "/dev/nvidia-caps/nvidia-cap1048575", 4095, 1048575,
+			&cdispec.DeviceNode{Path: "/dev/nvidia-caps/nvidia-cap1048575", HostPath: "/dev/nvidia-caps/nvidia-cap1048575", Type: "c", Major: 4095, Minor: 1048575}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := CharDeviceNode(tc.devRoot, tc.path, tc.major, tc.minor)

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/strata-sh/strata/drivers/devnum"
 	"github.com/strata-sh/strata/drivers/pci"
-	"github.com/strata-sh/strata/drivers/plugin"
 )
 
 // port is one RDMA device as sysfs shows it: a NIC's physical function
@@ -238,7 +238,7 @@ func readDevFile(path string) (devNumber, error) {
 	}
 	var d devNumber
 	if _, err := fmt.Sscanf(strings.TrimSpace(string(raw)), "%d:%d", &d.major, &d.minor); err != nil ||
-		d.major < 0 || d.major > plugin.MaxMajor || d.minor < 0 || d.minor > plugin.MaxMinor {
+		d.major < 0 || d.major > devnum.MaxMajor || d.minor < 0 || d.minor > devnum.MaxMinor {
 		return devNumber{}, fmt.Errorf("%s: %q is not major:minor", path, strings.TrimSpace(string(raw)))
 	}
 	return d, nil

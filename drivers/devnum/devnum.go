@@ -1,4 +1,8 @@
-package plugin
+// Package devnum reads Linux device numbers for the backends: the
+// character device majors the kernel's drivers registered
+// (/proc/devices), and the bounds of a major and a minor. It is
+// vendor-neutral and knows nothing of the kubelet plugin.
+package devnum
 
 import (
 	"bufio"
