@@ -255,8 +255,8 @@ func TestPodMPS(t *testing.T) {
 	s := pod.Spec
 	c := s.Containers[0]
 	switch {
-	case s.NodeName != "node-a", s.RestartPolicy != corev1.RestartPolicyOnFailure, s.PriorityClassName != "system-node-critical":
-		t.Errorf("pod placement: node %q restart %q priority %q", s.NodeName, s.RestartPolicy, s.PriorityClassName)
+	case s.NodeName != "node-a", s.RestartPolicy != corev1.RestartPolicyOnFailure, s.PriorityClassName != "system-node-critical", !s.HostNetwork:
+		t.Errorf("pod placement: node %q restart %q priority %q host network %v", s.NodeName, s.RestartPolicy, s.PriorityClassName, s.HostNetwork)
 	case len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0].Kind != "Node" || pod.OwnerReferences[0].UID != "node-uid":
 		t.Errorf("owners %v, want the node", pod.OwnerReferences)
 	case c.Image != p.Image || len(s.ImagePullSecrets) != 1 || c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged:

@@ -187,7 +187,10 @@ func (p *PodMPS) pod(d MPSDaemon) *corev1.Pod {
 			Labels:    map[string]string{MPSPodNameLabel: MPSPodName, MPSPodGPULabel: d.GPU},
 		},
 		Spec: corev1.PodSpec{
-			NodeName:                      p.NodeName,
+			NodeName: p.NodeName,
+			// The daemon talks through its pipe directory only: no pod IP,
+			// and no dependence on the node's network plugin.
+			HostNetwork:                   true,
 			RestartPolicy:                 corev1.RestartPolicyOnFailure,
 			PriorityClassName:             p.PriorityClassName,
 			AutomountServiceAccountToken:  ptr.To(false),
