@@ -7,10 +7,10 @@ import (
 	"context"
 
 	"github.com/strata-sh/strata/drivers/cambricon/app"
-	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/drivers/plugin/pluginmain"
 )
 
 func main() {
 	o := app.NewOptions()
-	plugin.Main("Cambricon kubelet plugin", o.AddFlags, func(ctx context.Context) error { return app.Run(ctx, o) })
+	pluginmain.Main("Cambricon kubelet plugin", o.AddFlags, func(ctx context.Context) error { return app.Run(ctx, o) })
 }

@@ -9,7 +9,7 @@ import (
 	"os"
 
 	"github.com/strata-sh/strata/drivers/nvidia/app"
-	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/drivers/plugin/pluginmain"
 )
 
 func main() {
@@ -19,5 +19,5 @@ func main() {
 		}
 	}
 	o := app.NewOptions()
-	plugin.Main("NVIDIA kubelet plugin", o.AddFlags, func(ctx context.Context) error { return app.Run(ctx, o) })
+	pluginmain.Main("NVIDIA kubelet plugin", o.AddFlags, func(ctx context.Context) error { return app.Run(ctx, o) })
 }

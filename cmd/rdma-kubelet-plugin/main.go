@@ -7,11 +7,11 @@ package main
 import (
 	"context"
 
-	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/drivers/plugin/pluginmain"
 	"github.com/strata-sh/strata/drivers/rdma/app"
 )
 
 func main() {
 	o := app.NewOptions()
-	plugin.Main("RDMA kubelet plugin", o.AddFlags, func(ctx context.Context) error { return app.Run(ctx, o) })
+	pluginmain.Main("RDMA kubelet plugin", o.AddFlags, func(ctx context.Context) error { return app.Run(ctx, o) })
 }

@@ -6,7 +6,9 @@
 // instance run side by side and share the checkpoint under a file lock.
 //
 // Everything vendor-specific sits behind Backend; this package never imports
-// a vendor package.
+// a vendor package. A plugin binary's flags, main function and probe
+// command are package pluginmain's, which builds this package's Config;
+// this package never imports it.
 package plugin
 
 import (

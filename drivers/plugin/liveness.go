@@ -20,9 +20,9 @@ import (
 // show for it. A watchdog takes the lock every LivenessInterval and
 // records when it last got it in a file of the plugin's own (one per pod:
 // during a rolling update two instances share the data folder). The
-// DaemonSet's exec probe runs the plugin binary with "probe", which reads
-// the file: the plugin is live while it got the lock within StuckAfter,
-// and ready once it serves.
+// DaemonSet's exec probe runs the plugin binary with "probe" (package
+// pluginmain), which reads the file through Probe: the plugin is live
+// while it got the lock within StuckAfter, and ready once it serves.
 
 // Liveness timing.
 const (
@@ -31,10 +31,6 @@ const (
 	// counts as hung: longer than any bounded vendor call.
 	StuckAfter = 2 * time.Minute
 )
-
-// ProbeCommand is the first argument that makes a plugin binary probe
-// the running plugin instead of starting one.
-const ProbeCommand = "probe"
 
 // livenessState is what the watchdog writes.
 type livenessState struct {

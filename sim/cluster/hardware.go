@@ -16,7 +16,7 @@ import (
 	cambriconapp "github.com/strata-sh/strata/drivers/cambricon/app"
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/drivers/nvidia/app"
-	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/drivers/plugin/pluginmain"
 	"github.com/strata-sh/strata/drivers/rdma"
 	rdmaapp "github.com/strata-sh/strata/drivers/rdma/app"
 	"github.com/strata-sh/strata/hardware"
@@ -221,7 +221,7 @@ func (hw *NodeHardware) startCambricon(ctx context.Context, env node.PluginEnv) 
 
 // pluginOptions sets what every plugin on a simulated node takes from the
 // node: its name and UID, its folders and boot id; no metrics server.
-func pluginOptions(o plugin.Options, env node.PluginEnv, driver string) plugin.Options {
+func pluginOptions(o pluginmain.Options, env node.PluginEnv, driver string) pluginmain.Options {
 	o.NodeName, o.NodeUID = env.NodeName, env.NodeUID
 	o.PluginDataDir = env.PluginDir(driver)
 	o.RegistrarDir = env.RegistryDir

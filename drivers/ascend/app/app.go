@@ -18,13 +18,14 @@ import (
 	"github.com/strata-sh/strata/drivers/ascend"
 	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/drivers/plugin/pluginmain"
 	"github.com/strata-sh/strata/drivers/vendortool"
 	"github.com/strata-sh/strata/hardware/simulated"
 )
 
 // Options are the plugin's settings, as its flags give them.
 type Options struct {
-	plugin.Options
+	pluginmain.Options
 
 	SysfsRoot string
 	ProcRoot  string
@@ -45,7 +46,7 @@ type Options struct {
 // NewOptions returns the defaults of a plugin on a real node.
 func NewOptions() Options {
 	return Options{
-		Options:    plugin.NewOptions(ascend.DriverName, ":9403"),
+		Options:    pluginmain.NewOptions(ascend.DriverName, ":9403"),
 		SysfsRoot:  "/sys",
 		ProcRoot:   "/proc",
 		DevRoot:    "/",
@@ -142,7 +143,7 @@ func Run(ctx context.Context, o Options) error {
 		o.NPUSMI, o.DriverRoot, o.DCMIDir = m.Path(simulated.AscendNPUSMI), m.Path(simulated.AscendDriverRoot), m.Path(simulated.AscendDCMI)
 		host.NPUSMI = m.NPUSMI
 	}
-	return plugin.Serve(ctx, o.Options, func(ctx context.Context, client kubernetes.Interface) (plugin.Stopper, error) {
+	return pluginmain.Serve(ctx, o.Options, func(ctx context.Context, client kubernetes.Interface) (pluginmain.Stopper, error) {
 		return Start(ctx, o, client, host)
 	})
 }

@@ -19,13 +19,14 @@ import (
 	"github.com/strata-sh/strata/drivers/cambricon"
 	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/drivers/plugin/pluginmain"
 	"github.com/strata-sh/strata/drivers/vendortool"
 	"github.com/strata-sh/strata/hardware/simulated"
 )
 
 // Options are the plugin's settings, as its flags give them.
 type Options struct {
-	plugin.Options
+	pluginmain.Options
 
 	SysfsRoot string
 	ProcRoot  string
@@ -52,7 +53,7 @@ type Options struct {
 // NewOptions returns the defaults of a plugin on a real node.
 func NewOptions() Options {
 	return Options{
-		Options:        plugin.NewOptions(cambricon.DriverName, ":9404"),
+		Options:        pluginmain.NewOptions(cambricon.DriverName, ":9404"),
 		SysfsRoot:      "/sys",
 		ProcRoot:       "/proc",
 		DevRoot:        "/",
@@ -183,7 +184,7 @@ func Run(ctx context.Context, o Options) error {
 		o.DevCharDir = m.DevCharDir()
 		host.CNMON = m.CNMON
 	}
-	return plugin.Serve(ctx, o.Options, func(ctx context.Context, client kubernetes.Interface) (plugin.Stopper, error) {
+	return pluginmain.Serve(ctx, o.Options, func(ctx context.Context, client kubernetes.Interface) (pluginmain.Stopper, error) {
 		return Start(ctx, o, client, host)
 	})
 }

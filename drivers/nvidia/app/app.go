@@ -23,13 +23,14 @@ import (
 
 	"github.com/strata-sh/strata/drivers/nvidia"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/drivers/plugin/pluginmain"
 	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/hardware/simulated"
 )
 
 // Options are the plugin's settings, as its flags give them.
 type Options struct {
-	plugin.Options
+	pluginmain.Options
 
 	SysfsRoot            string
 	ProcRoot             string
@@ -67,7 +68,7 @@ type Options struct {
 // NewOptions returns the defaults of a plugin on a real node.
 func NewOptions() Options {
 	return Options{
-		Options:              plugin.NewOptions(nvidia.DriverName, ":9401"),
+		Options:              pluginmain.NewOptions(nvidia.DriverName, ":9401"),
 		SysfsRoot:            "/sys",
 		ProcRoot:             "/proc",
 		DevRoot:              "/",
@@ -234,7 +235,7 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
-	return plugin.Serve(ctx, o.Options, func(ctx context.Context, client kubernetes.Interface) (plugin.Stopper, error) {
+	return pluginmain.Serve(ctx, o.Options, func(ctx context.Context, client kubernetes.Interface) (pluginmain.Stopper, error) {
 		return Start(ctx, o, client, host)
 	})
 }

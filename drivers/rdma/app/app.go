@@ -17,13 +17,14 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/drivers/plugin/pluginmain"
 	"github.com/strata-sh/strata/drivers/rdma"
 	"github.com/strata-sh/strata/hardware/simulated"
 )
 
 // Options are the plugin's settings, as its flags give them.
 type Options struct {
-	plugin.Options
+	pluginmain.Options
 
 	SysfsRoot string
 	DevRoot   string
@@ -36,7 +37,7 @@ type Options struct {
 // NewOptions returns the defaults of a plugin on a real node.
 func NewOptions() Options {
 	return Options{
-		Options:        plugin.NewOptions(rdma.DriverName, ":9402"),
+		Options:        pluginmain.NewOptions(rdma.DriverName, ":9402"),
 		SysfsRoot:      "/sys",
 		DevRoot:        "/",
 		HealthInterval: rdma.DefaultHealthInterval,
@@ -122,7 +123,7 @@ func Run(ctx context.Context, o Options) error {
 		o.SysfsRoot, o.DevRoot = m.SysfsRoot(), m.DevRoot()
 		host.Links = m.Links
 	}
-	return plugin.Serve(ctx, o.Options, func(ctx context.Context, client kubernetes.Interface) (plugin.Stopper, error) {
+	return pluginmain.Serve(ctx, o.Options, func(ctx context.Context, client kubernetes.Interface) (pluginmain.Stopper, error) {
 		return Start(ctx, o, client, host)
 	})
 }
