@@ -338,9 +338,9 @@ func (d *Driver) nodeRef() *corev1.ObjectReference {
 }
 
 // startUp brings the plugin's state back before it serves anything, under
-// the lock shared with other instances: while an old instance is in the
-// middle of a prepare, a new one waits, so that it neither rolls back that
-// prepare nor removes its CDI spec as an orphan.
+// the instance lock, which excludes the other instances: while an old
+// instance is in the middle of a prepare, a new one waits, so that it
+// neither rolls back that prepare nor removes its CDI spec as an orphan.
 func (d *Driver) startUp(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -372,10 +372,10 @@ func (d *Driver) restoreLocked(ctx context.Context, startUp bool) error {
 	return d.recoverLocked(ctx, startUp)
 }
 
-// lockSharedLocked takes the lock shared with other instances of the plugin and
-// brings state up to date with the checkpoint. The caller holds mu and
-// must call release.
-func (d *Driver) lockSharedLocked(ctx context.Context) (release func(), err error) {
+// lockAndSyncLocked takes the instance lock, which excludes the plugin's
+// other instances on the node, and brings state up to date with the
+// checkpoint. The caller holds mu and must call release.
+func (d *Driver) lockAndSyncLocked(ctx context.Context) (release func(), err error) {
 	release, err = d.lock.Acquire(ctx)
 	if err != nil {
 		return nil, err

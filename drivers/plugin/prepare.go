@@ -20,12 +20,12 @@ var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin. Each claim is
 // prepared on its own; one failing claim does not fail the others. The
-// batch runs under the lock shared with other instances of the plugin,
-// on the checkpoint as the last of them left it.
+// batch runs under the instance lock, which excludes the plugin's other
+// instances, on the checkpoint as the last of them left it.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	release, err := d.lockSharedLocked(ctx)
+	release, err := d.lockAndSyncLocked(ctx)
 	if err != nil {
 		operationErrors.WithLabelValues(d.cfg.DriverName, "prepare").Add(float64(len(claims)))
 		return nil, err
@@ -48,13 +48,12 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Like
-// PrepareResourceClaims it runs under the lock shared with other
-// instances: a claim may be unprepared by another instance than the one
-// that prepared it.
+// PrepareResourceClaims it runs under the instance lock: a claim may be
+// unprepared by another instance than the one that prepared it.
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	release, err := d.lockSharedLocked(ctx)
+	release, err := d.lockAndSyncLocked(ctx)
 	if err != nil {
 		operationErrors.WithLabelValues(d.cfg.DriverName, "unprepare").Add(float64(len(claims)))
 		return nil, err
