@@ -28,7 +28,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/strata-sh/strata/drivers/vendortool"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // ExitFailure is the fake's exit status for every refusal: cnmon's own

@@ -21,7 +21,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/strata-sh/strata/drivers/vendortool"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // Exit statuses of npu-smi: its error codes truncated to a byte.

@@ -19,8 +19,8 @@ import (
 	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/plugin"
 	"github.com/strata-sh/strata/drivers/plugin/pluginmain"
-	"github.com/strata-sh/strata/drivers/vendortool"
 	"github.com/strata-sh/strata/hardware/simulated"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // Options are the plugin's settings, as its flags give them.

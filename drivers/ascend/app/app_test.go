@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-sh/strata/drivers/vendortool"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 func TestVendorToolFlags(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/strata-sh/strata/drivers/vendortool"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // Client runs npu-smi queries and vNPU operations through a Runner.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strata-sh/strata/drivers/vendortool"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // DefaultBinary is where the Ascend driver package installs npu-smi.

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/strata-sh/strata/drivers/vendortool"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // SMLUSyntax builds the argument lists of cnmon's sMLU commands. No public

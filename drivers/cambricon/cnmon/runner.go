@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/strata-sh/strata/drivers/vendortool"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // DefaultBinary is where the Cambricon driver package installs cnmon

@@ -5,6 +5,10 @@
 // report their reasons on stdout. Every call has a deadline: a vendor tool
 // that wedges (a driver stuck in the kernel, a hung management daemon)
 // must not hang the plugin, which runs it while it holds its lock.
+//
+// The fakes of these programs (hardware/npusmimock, hardware/cnmonmock)
+// are Runners too and fail with an ExitError as the programs do. The
+// package sits outside drivers/ so that they import no driver package.
 package vendortool
 
 import (
