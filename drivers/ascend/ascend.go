@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/strata-sh/strata/drivers/accelerator"
 	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/pci"
@@ -30,7 +32,9 @@ const DriverName = "ascend.strata.sh"
 // Tool is what the backend needs of npu-smi; *npusmi.Client is the real
 // one.
 type Tool interface {
-	Chips(ctx context.Context) ([]npusmi.Chip, error)
+	// Chips lists the chips npu-smi can describe and why it cannot
+	// describe the others it lists; err is the listing failing.
+	Chips(ctx context.Context) (chips []npusmi.Chip, unreadable []*npusmi.ChipError, err error)
 	Templates(ctx context.Context, card, chip int) ([]npusmi.Template, error)
 	// VNPUInfo is the chip's vNPU resources (free/total) and its vNPUs.
 	VNPUInfo(ctx context.Context, card, chip int) (npusmi.VNPUInfo, error)
@@ -95,6 +99,12 @@ type Backend struct {
 	// ledger records the vNPUs the plugin made.
 	ledger *plugin.LedgerFile[vnpu, plugin.NoLedgerExtra]
 
+	// leftOut holds the chips (card, chip) that could not be read at
+	// start-up, unusable why: they are not published, and their vNPUs
+	// are not touched until a start-up reads them.
+	leftOut  map[[2]int]bool
+	unusable []error
+
 	mu    sync.Mutex
 	npus  []*npu
 	byPhy map[int]*npu
@@ -110,7 +120,10 @@ var (
 	_ plugin.Reconciler = (*Backend)(nil)
 )
 
-// New reads the node's chips and their templates.
+// New reads the node's chips and their templates. A chip that cannot be
+// read (npu-smi fails on it, or its PCI topology) is left out and logged,
+// and the others are served; New fails when npu-smi cannot list the
+// chips, or can read none of those it lists.
 func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.Tool == nil {
 		return nil, errors.New("npu-smi is required")
@@ -127,27 +140,41 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.StateDir == "" {
 		return nil, errors.New("a state directory is required")
 	}
-	b := &Backend{cfg: cfg, topo: pci.NewReader(cfg.SysfsRoot), ledger: newLedger(cfg.StateDir), byPhy: map[int]*npu{}}
+	b := &Backend{cfg: cfg, topo: pci.NewReader(cfg.SysfsRoot), ledger: newLedger(cfg.StateDir), byPhy: map[int]*npu{}, leftOut: map[[2]int]bool{}}
 	var err error
 	if b.major, err = readMajors(cfg.ProcRoot); err != nil {
 		return nil, err
 	}
-	chips, err := cfg.Tool.Chips(ctx)
+	chips, unreadable, err := cfg.Tool.Chips(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("npu-smi: %w", err)
+		return nil, fmt.Errorf("npu-smi cannot list the NPUs: %w", err)
+	}
+	for _, u := range unreadable {
+		b.leaveOut(u.Card, u.Chip, u)
 	}
 	for _, c := range chips {
 		n := &npu{Chip: c, family: family(c.Name), topology: pci.Topology{NUMANode: -1}}
 		if c.BusID != "" {
 			if n.topology, err = b.topo.Lookup(c.BusID); err != nil {
-				return nil, fmt.Errorf("NPU %d: PCI topology: %w", c.PhyID, err)
+				b.leaveOut(c.Card, c.Chip, fmt.Errorf("NPU %d: PCI topology: %w", c.PhyID, err))
+				continue
 			}
 		}
 		if n.templates, err = cfg.Tool.Templates(ctx, c.Card, c.Chip); err != nil {
-			return nil, fmt.Errorf("NPU %d: vNPU templates: %w", c.PhyID, err)
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			b.leaveOut(c.Card, c.Chip, fmt.Errorf("NPU %d: vNPU templates: %w", c.PhyID, err))
+			continue
 		}
 		b.npus = append(b.npus, n)
 		b.byPhy[c.PhyID] = n
+	}
+	if len(b.npus) == 0 && len(b.unusable) > 0 {
+		return nil, fmt.Errorf("npu-smi can read none of the NPUs: %w", errors.Join(b.unusable...))
+	}
+	for _, err := range b.unusable {
+		klog.FromContext(ctx).Error(err, "NPU left out: it cannot be read; the other NPUs are served")
 	}
 	assignHCCSGroups(b.npus)
 	if cfg.HealthInterval > 0 {
@@ -156,3 +183,13 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	return b, nil
 }
+
+// leaveOut records a chip that New could not read.
+func (b *Backend) leaveOut(card, chip int, err error) {
+	b.leftOut[[2]int{card, chip}] = true
+	b.unusable = append(b.unusable, err)
+}
+
+// Unusable returns why each chip that could not be read at start-up was
+// left out (New has logged them).
+func (b *Backend) Unusable() []error { return b.unusable }

@@ -289,13 +289,46 @@ func (b *Backend) destroy(ctx context.Context, e vnpu) error {
 	return nil
 }
 
+// errKept is what reconcile's destroy returns for a ledger entry it
+// leaves alone on purpose: the ledger keeps an entry whose destroy fails,
+// and the error is then dropped, as it is no failure of the reconcile.
+var errKept = errors.New("ledger entry kept")
+
 // Reconcile implements plugin.Reconciler: vNPUs of the ledger whose
 // claim is not prepared are destroyed (left by a crash mid-prepare, or
-// by a claim unprepared while the plugin was down).
+// by a claim unprepared while the plugin was down). Those of a chip left
+// out at start-up are kept, entries and all, without failing: whether
+// they exist cannot be read, and a start-up that reads the chip destroys
+// them; failing here would fail the start-up, and the other chips with
+// it.
 func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.ledger.Reconcile(prepared, func(e vnpu) error { return b.destroy(ctx, e) }, nil)
+	err := b.ledger.Reconcile(prepared, func(e vnpu) error {
+		if b.leftOut[[2]int{e.Card, e.Chip}] {
+			klog.FromContext(ctx).Info("Keeping a vNPU of an NPU left out at start-up for a later start-up to destroy", "card", e.Card, "chip", e.Chip, "id", e.ID, "claimUID", e.Claim)
+			return errKept
+		}
+		return b.destroy(ctx, e)
+	}, nil)
+	return without(err, errKept)
+}
+
+// without is err less the errors of it that are target: err as the
+// ledger joins the errors of an operation's entries.
+func without(err, target error) error {
+	if err == nil || !errors.Is(err, target) {
+		return err
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return nil // target itself, or target wrapped alone
+	}
+	var rest []error
+	for _, e := range joined.Unwrap() {
+		rest = append(rest, without(e, target))
+	}
+	return errors.Join(rest...)
 }
 
 // configHandler decodes NpuConfigs for the plugin core.

@@ -24,6 +24,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/strata-sh/strata/drivers/accelerator"
 	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
 	"github.com/strata-sh/strata/drivers/pci"
@@ -40,7 +42,9 @@ const DefaultMemoryUnit = 256 << 20
 
 // Tool is what the backend needs of cnmon; *cnmon.Client is the real one.
 type Tool interface {
-	Cards(ctx context.Context) ([]cnmon.Card, error)
+	// Cards lists the cards cnmon can describe and why it cannot
+	// describe the others its table lists; err is the table failing.
+	Cards(ctx context.Context) (cards []cnmon.Card, unreadable []*cnmon.CardError, err error)
 	SMLUInfo(ctx context.Context, card int) (cnmon.SMLUInfo, error)
 	SetSMLUMode(ctx context.Context, card int, on bool) error
 	CreateSMLU(ctx context.Context, card, vcorePercent int, memoryMB int64) (cnmon.SMLU, error)
@@ -101,6 +105,12 @@ type Backend struct {
 	// ledger records the sMLU instances the plugin made.
 	ledger *ledgerFile
 
+	// leftOut holds the cards that could not be read at start-up,
+	// unusable why: they are not published, and their instances and
+	// sMLU mode are not touched until a start-up reads them.
+	leftOut  map[int]bool
+	unusable []error
+
 	mu     sync.Mutex
 	cards  []*card
 	byName map[string]*card
@@ -116,7 +126,10 @@ var (
 	_ plugin.Configurable = (*Backend)(nil)
 )
 
-// New reads the node's cards.
+// New reads the node's cards. A card that cannot be read (cnmon fails on
+// it, or its PCI topology) is left out and logged, and the others are
+// served; New fails when cnmon cannot list the cards, or can read none
+// of those it lists.
 func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.Tool == nil {
 		return nil, errors.New("cnmon is required")
@@ -142,25 +155,36 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.MemoryUnit < 1<<20 || cfg.MemoryUnit%(1<<20) != 0 {
 		return nil, fmt.Errorf("sMLU memory unit %d bytes is not a positive whole number of MiB", cfg.MemoryUnit)
 	}
-	b := &Backend{cfg: cfg, topo: pci.NewReader(cfg.SysfsRoot), ledger: newLedger(cfg.StateDir), byName: map[string]*card{}}
+	b := &Backend{cfg: cfg, topo: pci.NewReader(cfg.SysfsRoot), ledger: newLedger(cfg.StateDir), byName: map[string]*card{}, leftOut: map[int]bool{}}
 	var err error
 	if b.major, err = readMajors(cfg.ProcRoot); err != nil {
 		return nil, err
 	}
-	cards, err := cfg.Tool.Cards(ctx)
+	cards, unreadable, err := cfg.Tool.Cards(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("cnmon: %w", err)
+		return nil, fmt.Errorf("cnmon cannot list the MLUs: %w", err)
+	}
+	for _, u := range unreadable {
+		b.leaveOut(u.Card, u)
 	}
 	for _, c := range cards {
 		k := &card{Card: c, memoryBytes: (c.MemoryMB << 20) / cfg.MemoryUnit * cfg.MemoryUnit}
 		if k.memoryBytes == 0 {
+			// The configuration's fault, not the card's.
 			return nil, fmt.Errorf("MLU %d: %d MiB of memory is less than one sMLU memory unit", c.Index, c.MemoryMB)
 		}
 		if k.topology, err = b.topo.Lookup(c.BusID); err != nil {
-			return nil, fmt.Errorf("MLU %d: PCI topology: %w", c.Index, err)
+			b.leaveOut(c.Index, fmt.Errorf("MLU %d: PCI topology: %w", c.Index, err))
+			continue
 		}
 		b.cards = append(b.cards, k)
 		b.byName[deviceName(k)] = k
+	}
+	if len(b.cards) == 0 && len(b.unusable) > 0 {
+		return nil, fmt.Errorf("cnmon can read none of the MLUs: %w", errors.Join(b.unusable...))
+	}
+	for _, err := range b.unusable {
+		klog.FromContext(ctx).Error(err, "MLU left out: it cannot be read; the other MLUs are served")
 	}
 	assignMLULinkGroups(b.cards)
 	if cfg.HealthInterval > 0 {
@@ -171,3 +195,13 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 }
 
 func deviceName(c *card) string { return fmt.Sprintf("mlu-%d", c.Index) }
+
+// leaveOut records a card that New could not read.
+func (b *Backend) leaveOut(index int, err error) {
+	b.leftOut[index] = true
+	b.unusable = append(b.unusable, err)
+}
+
+// Unusable returns why each card that could not be read at start-up was
+// left out (New has logged them).
+func (b *Backend) Unusable() []error { return b.unusable }

@@ -299,12 +299,13 @@ func (b *Backend) destroy(ctx context.Context, e instance) error {
 // switchOffIdle switches sMLU mode off on every card of SMLUOn that
 // holds no instance, so that a whole-card claim finds the card as the
 // driver starts it. A card holding an instance the plugin did not make
-// keeps its mode.
+// keeps its mode, and so does a card left out at start-up: it cannot be
+// read, and failing on it would fail every claim's unprepare.
 func (b *Backend) switchOffIdle(ctx context.Context, l *ledger) error {
 	var keep []int
 	var errs []error
 	for _, idx := range l.Extra.SMLUOn {
-		if slices.ContainsFunc(l.Instances, func(e instance) bool { return e.Card == idx }) {
+		if b.leftOut[idx] || slices.ContainsFunc(l.Instances, func(e instance) bool { return e.Card == idx }) {
 			keep = append(keep, idx)
 			continue
 		}
@@ -331,15 +332,46 @@ func (b *Backend) switchOffIdle(ctx context.Context, l *ledger) error {
 	return errors.Join(errs...)
 }
 
+// errKept is what reconcile's destroy returns for a ledger entry it
+// leaves alone on purpose: the ledger keeps an entry whose destroy fails,
+// and the error is then dropped, as it is no failure of the reconcile.
+var errKept = errors.New("ledger entry kept")
+
 // Reconcile implements plugin.Reconciler: instances of the ledger whose
 // claim is not prepared are destroyed (left by a crash mid-prepare, or by
 // a claim unprepared while the plugin was down), and idle cards switched
-// back.
+// back. Those of a card left out at start-up are kept, entries and all,
+// without failing: whether they exist cannot be read, and a start-up
+// that reads the card destroys them; failing here would fail the
+// start-up, and the other cards with it.
 func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.ledger.Reconcile(prepared, func(e instance) error { return b.destroy(ctx, e) },
-		func(l *ledger) error { return b.switchOffIdle(ctx, l) })
+	err := b.ledger.Reconcile(prepared, func(e instance) error {
+		if b.leftOut[e.Card] {
+			klog.FromContext(ctx).Info("Keeping an sMLU of an MLU left out at start-up for a later start-up to destroy", "card", e.Card, "id", e.ID, "claimUID", e.Claim)
+			return errKept
+		}
+		return b.destroy(ctx, e)
+	}, func(l *ledger) error { return b.switchOffIdle(ctx, l) })
+	return without(err, errKept)
+}
+
+// without is err less the errors of it that are target: err as the
+// ledger joins the errors of an operation's entries.
+func without(err, target error) error {
+	if err == nil || !errors.Is(err, target) {
+		return err
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return nil // target itself, or target wrapped alone
+	}
+	var rest []error
+	for _, e := range joined.Unwrap() {
+		rest = append(rest, without(e, target))
+	}
+	return errors.Join(rest...)
 }
 
 // configHandler decodes MluConfigs for the plugin core.

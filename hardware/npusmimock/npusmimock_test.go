@@ -169,9 +169,9 @@ func TestClientCycle(t *testing.T) {
 			c := &npusmi.Client{Runner: n}
 			ctx := context.Background()
 
-			chips, err := c.Chips(ctx)
-			if err != nil {
-				t.Fatal(err)
+			chips, unreadable, err := c.Chips(ctx)
+			if err != nil || len(unreadable) != 0 {
+				t.Fatal(err, unreadable)
 			}
 			if len(chips) != 8 {
 				t.Fatalf("%d chips", len(chips))
@@ -360,8 +360,8 @@ func TestCommandsAndErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chips, err := (&npusmi.Client{Runner: small}).Chips(context.Background())
-	if err != nil || len(chips) != 2 {
-		t.Errorf("2-NPU server: %+v, %v", chips, err)
+	chips, unreadable, err := (&npusmi.Client{Runner: small}).Chips(context.Background())
+	if err != nil || len(chips) != 2 || len(unreadable) != 0 {
+		t.Errorf("2-NPU server: %+v, %v, unreadable %v", chips, err, unreadable)
 	}
 }

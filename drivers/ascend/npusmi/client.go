@@ -29,68 +29,97 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // Chips lists every NPU chip of the node: info -m for the chips, then
 // -t common per card for the AI core counts and -t board and -t memory
 // per chip for the name, bus id and HBM capacity.
-func (c *Client) Chips(ctx context.Context) ([]Chip, error) {
+//
+// A chip that info -m lists but whose own queries fail (a chip fallen off
+// the bus fails every command naming it) is not in chips but in
+// unreadable, so that it does not hide the others. err is a failure of
+// the listing itself (info -m), or ctx ending.
+func (c *Client) Chips(ctx context.Context) (chips []Chip, unreadable []*ChipError, err error) {
 	out, err := c.run(ctx, "info", "-m")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	entries, err := ParseMapping(out)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cores := map[[2]int]int{}
+	commonErr := map[int]error{}
 	seenCard := map[int]bool{}
-	var chips []Chip
 	for _, e := range entries {
 		if !e.IsNPU() {
 			continue
 		}
 		if !seenCard[e.Card] {
 			seenCard[e.Card] = true
-			out, err := c.run(ctx, "info", "-t", "common", "-i", itoa(e.Card))
-			if err != nil {
-				return nil, err
-			}
-			common, err := ParseCommon(out)
-			if err != nil {
-				return nil, fmt.Errorf("NPU %d: %w", e.Card, err)
-			}
-			for _, cc := range common {
-				cores[[2]int{e.Card, cc.Chip}] = cc.AICoreCount
-			}
+			commonErr[e.Card] = c.readCores(ctx, e.Card, cores)
 		}
-		ch := Chip{Card: e.Card, Chip: e.Chip, LogicID: e.LogicID, PhyID: e.PhyID,
-			Name: strings.TrimPrefix(e.Name, "Ascend "), AICores: cores[[2]int{e.Card, e.Chip}]}
-		if ch.PhyID < 0 {
-			ch.PhyID = e.LogicID
+		err := commonErr[e.Card]
+		var ch Chip
+		if err == nil {
+			ch, err = c.describe(ctx, e, cores[[2]int{e.Card, e.Chip}])
 		}
-		out, err := c.run(ctx, "info", "-t", "board", "-i", itoa(e.Card), "-c", itoa(e.Chip))
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err() // no verdict on the chip
+		}
 		if err != nil {
-			return nil, err
+			unreadable = append(unreadable, &ChipError{Card: e.Card, Chip: e.Chip, Err: err})
+			continue
 		}
-		board, err := ParseBoard(out)
-		if err != nil {
-			return nil, fmt.Errorf("NPU %d chip %d: %w", e.Card, e.Chip, err)
-		}
-		if board.Card != e.Card || (board.Chip >= 0 && board.Chip != e.Chip) {
-			return nil, fmt.Errorf("npu-smi info -t board -i %d -c %d answered for NPU %d chip %d", e.Card, e.Chip, board.Card, board.Chip)
-		}
-		if board.ChipName != "" {
-			ch.Name = board.ChipName
-		}
-		ch.BusID = board.BusID
-		out, err = c.run(ctx, "info", "-t", "memory", "-i", itoa(e.Card), "-c", itoa(e.Chip))
-		if err != nil {
-			return nil, err
-		}
-		mem, err := ParseMemory(out)
-		if err != nil {
-			return nil, fmt.Errorf("NPU %d chip %d: %w", e.Card, e.Chip, err)
-		}
-		ch.MemoryMB = mem.HBMCapacityMB
 		chips = append(chips, ch)
 	}
-	return chips, nil
+	return chips, unreadable, nil
+}
+
+// readCores adds the AI core counts of a card's chips (-t common) to
+// cores.
+func (c *Client) readCores(ctx context.Context, card int, cores map[[2]int]int) error {
+	out, err := c.run(ctx, "info", "-t", "common", "-i", itoa(card))
+	if err != nil {
+		return err
+	}
+	common, err := ParseCommon(out)
+	if err != nil {
+		return err
+	}
+	for _, cc := range common {
+		cores[[2]int{card, cc.Chip}] = cc.AICoreCount
+	}
+	return nil
+}
+
+// describe reads what -t board and -t memory say of a chip of info -m.
+func (c *Client) describe(ctx context.Context, e MappingEntry, aiCores int) (Chip, error) {
+	ch := Chip{Card: e.Card, Chip: e.Chip, LogicID: e.LogicID, PhyID: e.PhyID,
+		Name: strings.TrimPrefix(e.Name, "Ascend "), AICores: aiCores}
+	if ch.PhyID < 0 {
+		ch.PhyID = e.LogicID
+	}
+	out, err := c.run(ctx, "info", "-t", "board", "-i", itoa(e.Card), "-c", itoa(e.Chip))
+	if err != nil {
+		return Chip{}, err
+	}
+	board, err := ParseBoard(out)
+	if err != nil {
+		return Chip{}, err
+	}
+	if board.Card != e.Card || (board.Chip >= 0 && board.Chip != e.Chip) {
+		return Chip{}, fmt.Errorf("npu-smi info -t board -i %d -c %d answered for NPU %d chip %d", e.Card, e.Chip, board.Card, board.Chip)
+	}
+	if board.ChipName != "" {
+		ch.Name = board.ChipName
+	}
+	ch.BusID = board.BusID
+	out, err = c.run(ctx, "info", "-t", "memory", "-i", itoa(e.Card), "-c", itoa(e.Chip))
+	if err != nil {
+		return Chip{}, err
+	}
+	mem, err := ParseMemory(out)
+	if err != nil {
+		return Chip{}, err
+	}
+	ch.MemoryMB = mem.HBMCapacityMB
+	return ch, nil
 }
 
 // Templates lists the vNPU templates of a chip. npu-smi answers

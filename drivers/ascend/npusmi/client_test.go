@@ -3,6 +3,7 @@ package npusmi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -49,9 +50,9 @@ func recorded(t *testing.T, dir string) *replay {
 func TestChipsFromRecordedOutput(t *testing.T) {
 	for _, m := range machines {
 		r := recorded(t, m.dir)
-		chips, err := (&Client{Runner: r}).Chips(context.Background())
-		if err != nil {
-			t.Fatalf("%s: %v", m.dir, err)
+		chips, unreadable, err := (&Client{Runner: r}).Chips(context.Background())
+		if err != nil || len(unreadable) != 0 {
+			t.Fatalf("%s: %v, unreadable %v", m.dir, err, unreadable)
 		}
 		var want []Chip
 		for i := 0; i < 8; i++ {
@@ -64,6 +65,51 @@ func TestChipsFromRecordedOutput(t *testing.T) {
 		if len(r.ran) != 1+3*8 {
 			t.Errorf("%s: ran %d commands: %v", m.dir, len(r.ran), r.ran)
 		}
+	}
+}
+
+// A chip whose own queries fail is left out with its error, the others
+// are listed; a failing info -m fails the listing.
+func TestChipsLeaveOutAChipThatDoesNotAnswer(t *testing.T) {
+	for name, tc := range map[string]struct {
+		failing    string
+		unreadable []int
+	}{
+		"board":   {"info -t board -i 3 -c 0", []int{3}},
+		"memory":  {"info -t memory -i 5 -c 0", []int{5}},
+		"common":  {"info -t common -i 6", []int{6}},
+		"info -m": {failing: "info -m"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := recorded(t, dir910B3)
+			r.codes[tc.failing] = 217
+			chips, unreadable, err := (&Client{Runner: r}).Chips(context.Background())
+			if tc.unreadable == nil {
+				if err == nil || !strings.Contains(err.Error(), "info -m") {
+					t.Errorf("listing: %v, want the failure of info -m", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int
+			for _, u := range unreadable {
+				got = append(got, u.Card)
+				var ee *ExitError
+				if !errors.As(u, &ee) || ee.Code != 217 || !strings.Contains(u.Error(), fmt.Sprintf("NPU %d chip 0: ", u.Card)) {
+					t.Errorf("unreadable chip: %v", u)
+				}
+			}
+			if !reflect.DeepEqual(got, tc.unreadable) || len(chips) != 8-len(tc.unreadable) {
+				t.Errorf("unreadable %v and %d chips, want %v and the other %d", got, len(chips), tc.unreadable, 8-len(tc.unreadable))
+			}
+			for _, ch := range chips {
+				if ch.Card == tc.unreadable[0] {
+					t.Errorf("unreadable NPU %d listed: %+v", ch.Card, ch)
+				}
+			}
+		})
 	}
 }
 

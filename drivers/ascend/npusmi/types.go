@@ -24,6 +24,19 @@ type Chip struct {
 	AICores int
 }
 
+// ChipError is why npu-smi could not describe a chip that info -m lists.
+type ChipError struct {
+	// Card and Chip are the chip's "NPU ID" and "Chip ID".
+	Card, Chip int
+	Err        error
+}
+
+// Error names the chip and the cause.
+func (e *ChipError) Error() string { return fmt.Sprintf("NPU %d chip %d: %v", e.Card, e.Chip, e.Err) }
+
+// Unwrap returns the cause.
+func (e *ChipError) Unwrap() error { return e.Err }
+
 // Template is a vNPU template of npu-smi info -t template-info. Media
 // counts the tool does not support print as 0.
 type Template struct {

@@ -2,6 +2,7 @@ package cnmon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -106,51 +107,68 @@ func (c *Client) Info(ctx context.Context, card int) (Info, error) {
 // Cards lists the node's cards: the cnmon table for the cards, their names,
 // bus ids and memory, then cnmon info -c N per card for its UUID and
 // driver version, checked against the table.
-func (c *Client) Cards(ctx context.Context) ([]Card, error) {
+//
+// A card the table lists whose cnmon info fails or disagrees with the
+// table (a card fallen off the bus fails every command naming it) is not
+// in cards but in unreadable, so that it does not hide the others. err is
+// a failure of the table itself, or ctx ending.
+func (c *Client) Cards(ctx context.Context) (cards []Card, unreadable []*CardError, err error) {
 	s, err := c.Summary(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var cards []Card
 	for _, sc := range s.Cards {
 		if sc.VF != "/" {
 			continue // a virtual function listed by an SR-IOV host
 		}
-		info, err := c.Info(ctx, sc.Index)
+		card, err := c.describe(ctx, s, sc)
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err() // no verdict on the card
+		}
 		if err != nil {
-			return nil, err
-		}
-		if info.ProductName != sc.Name {
-			return nil, fmt.Errorf("cnmon card %d: the table names it %s, cnmon info %s", sc.Index, sc.Name, info.ProductName)
-		}
-		if info.BusID != "" && sc.BusID != "" && info.BusID != sc.BusID {
-			return nil, fmt.Errorf("cnmon card %d: the table gives bus %s, cnmon info %s", sc.Index, sc.BusID, info.BusID)
-		}
-		card := Card{Index: sc.Index, Name: sc.Name, Family: Family(sc.Name), Firmware: sc.Firmware,
-			Driver: info.Driver, BusID: sc.BusID, MemoryMB: sc.MemoryTotalMB, UUID: info.UUID,
-			Mode: sc.Mode, ComputeMode: sc.ComputeMode, ECCEnabled: sc.ECCErrors != "N/A"}
-		if card.BusID == "" {
-			card.BusID = info.BusID
-		}
-		if card.Driver == "" {
-			card.Driver = s.Driver
-		}
-		if info.MemoryTotalMB != 0 {
-			if card.MemoryMB != 0 && card.MemoryMB != info.MemoryTotalMB {
-				return nil, fmt.Errorf("cnmon card %d: the table gives %d MiB, cnmon info %d MiB", sc.Index, card.MemoryMB, info.MemoryTotalMB)
-			}
-			card.MemoryMB = info.MemoryTotalMB
-		}
-		if card.ComputeMode == "" {
-			card.ComputeMode = info.ComputeMode
-		}
-		card.MLUClusters, card.MLUCores = ModelCores(card.Name)
-		if card.BusID == "" || card.MemoryMB == 0 {
-			return nil, fmt.Errorf("cnmon card %d: no bus id or memory size printed", sc.Index)
+			unreadable = append(unreadable, &CardError{Card: sc.Index, Err: err})
+			continue
 		}
 		cards = append(cards, card)
 	}
-	return cards, nil
+	return cards, unreadable, nil
+}
+
+// describe completes a card of the table with its cnmon info.
+func (c *Client) describe(ctx context.Context, s Summary, sc SummaryCard) (Card, error) {
+	info, err := c.Info(ctx, sc.Index)
+	if err != nil {
+		return Card{}, err
+	}
+	if info.ProductName != sc.Name {
+		return Card{}, fmt.Errorf("the table names it %s, cnmon info %s", sc.Name, info.ProductName)
+	}
+	if info.BusID != "" && sc.BusID != "" && info.BusID != sc.BusID {
+		return Card{}, fmt.Errorf("the table gives bus %s, cnmon info %s", sc.BusID, info.BusID)
+	}
+	card := Card{Index: sc.Index, Name: sc.Name, Family: Family(sc.Name), Firmware: sc.Firmware,
+		Driver: info.Driver, BusID: sc.BusID, MemoryMB: sc.MemoryTotalMB, UUID: info.UUID,
+		Mode: sc.Mode, ComputeMode: sc.ComputeMode, ECCEnabled: sc.ECCErrors != "N/A"}
+	if card.BusID == "" {
+		card.BusID = info.BusID
+	}
+	if card.Driver == "" {
+		card.Driver = s.Driver
+	}
+	if info.MemoryTotalMB != 0 {
+		if card.MemoryMB != 0 && card.MemoryMB != info.MemoryTotalMB {
+			return Card{}, fmt.Errorf("the table gives %d MiB, cnmon info %d MiB", card.MemoryMB, info.MemoryTotalMB)
+		}
+		card.MemoryMB = info.MemoryTotalMB
+	}
+	if card.ComputeMode == "" {
+		card.ComputeMode = info.ComputeMode
+	}
+	card.MLUClusters, card.MLUCores = ModelCores(card.Name)
+	if card.BusID == "" || card.MemoryMB == 0 {
+		return Card{}, errors.New("no bus id or memory size printed")
+	}
+	return card, nil
 }
 
 // SetSMLUMode runs cnmon set -c card -smlu on|off (HAMi's documented way

@@ -3,9 +3,11 @@ package cnmon
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -43,9 +45,9 @@ func recorded(t *testing.T) *replay {
 
 func TestCardsFromRecordedOutput(t *testing.T) {
 	r := recorded(t)
-	cards, err := (&Client{Runner: r}).Cards(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	cards, unreadable, err := (&Client{Runner: r}).Cards(context.Background())
+	if err != nil || len(unreadable) != 0 {
+		t.Fatal(err, unreadable)
 	}
 	var want []Card
 	for i := 0; i < 16; i++ {
@@ -61,10 +63,13 @@ func TestCardsFromRecordedOutput(t *testing.T) {
 	}
 }
 
-func TestCardsDisagreement(t *testing.T) {
-	// cnmon info answering for another bus than the table is an error.
+// A card whose cnmon info fails or disagrees with the table is left out
+// with its error, the others are listed; a failing table fails the
+// listing.
+func TestCardsLeaveOutACardThatCannotBeRead(t *testing.T) {
+	// cnmon info -c 1 answering for another bus than the table.
 	dir := t.TempDir()
-	for _, f := range []string{"cnmon.txt", "info-c0.txt", "info-c1.txt"} {
+	for _, f := range slices.Collect(maps.Values(recorded(t).files)) {
 		b := read(t, dirX8, f)
 		if f == "info-c1.txt" {
 			b = []byte(strings.Replace(string(b), "Bus num                    : 16", "Bus num                    : 17", 1))
@@ -73,10 +78,35 @@ func TestCardsDisagreement(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := &replay{t: t, dir: dir, codes: map[string]int{}, files: map[string]string{
-		"": "cnmon.txt", "info -c 0": "info-c0.txt", "info -c 1": "info-c1.txt"}}
-	if _, err := (&Client{Runner: r}).Cards(context.Background()); err == nil || !strings.Contains(err.Error(), "0000:17:00.0") {
-		t.Errorf("got %v", err)
+	for name, tc := range map[string]struct {
+		edit       func(*replay)
+		unreadable int
+		why        string
+	}{
+		"disagreeing": {func(r *replay) { r.dir = dir }, 1, "0000:17:00.0"},
+		"failing":     {func(r *replay) { r.codes["info -c 4"] = 1 }, 4, "exit status 1"},
+		"table":       {func(r *replay) { r.codes[""] = 1 }, -1, "exit status 1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := recorded(t)
+			tc.edit(r)
+			cards, unreadable, err := (&Client{Runner: r}).Cards(context.Background())
+			if tc.unreadable < 0 {
+				if err == nil || !strings.Contains(err.Error(), tc.why) || cards != nil {
+					t.Errorf("got %v, %v, want the table's failure", cards, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(unreadable) != 1 || unreadable[0].Card != tc.unreadable || !strings.Contains(unreadable[0].Error(), tc.why) {
+				t.Errorf("unreadable %v, want card %d: %s", unreadable, tc.unreadable, tc.why)
+			}
+			if len(cards) != 15 || slices.ContainsFunc(cards, func(c Card) bool { return c.Index == tc.unreadable }) {
+				t.Errorf("%d cards, want the other 15", len(cards))
+			}
+		})
 	}
 }
 

@@ -102,6 +102,19 @@ func ModelCores(name string) (clusters, cores int) {
 	return c[0], c[0] * c[1]
 }
 
+// CardError is why cnmon could not describe a card that its table lists.
+type CardError struct {
+	// Card is the card's index.
+	Card int
+	Err  error
+}
+
+// Error names the card and the cause.
+func (e *CardError) Error() string { return fmt.Sprintf("cnmon card %d: %v", e.Card, e.Err) }
+
+// Unwrap returns the cause.
+func (e *CardError) Unwrap() error { return e.Err }
+
 // Summary is plain cnmon: the card table.
 type Summary struct {
 	// Version is cnmon's own version ("v5.10.22"), Driver the driver's
