@@ -19,6 +19,7 @@ import (
 	"github.com/strata-sh/strata/drivers/rdma"
 	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/hardware/linkmock"
+	"github.com/strata-sh/strata/internal/linkctl"
 )
 
 // node is a fake machine under a test's temp dir: its sysfs tree, its
@@ -301,14 +302,14 @@ func attrString(a resourceapi.DeviceAttribute) string {
 // flakyLinks fails the n-th SetVF or SetMTU call (1-based; 0 never) and
 // passes everything else to the fake kernel.
 type flakyLinks struct {
-	rdma.LinkControl
+	linkctl.Control
 	failSetVF, failSetMTU int
 
 	mu            sync.Mutex
 	setVF, setMTU int
 }
 
-func (l *flakyLinks) SetVF(pf string, vf int, s rdma.VFState) error {
+func (l *flakyLinks) SetVF(pf string, vf int, s linkctl.VFState) error {
 	l.mu.Lock()
 	l.setVF++
 	n := l.setVF
@@ -316,7 +317,7 @@ func (l *flakyLinks) SetVF(pf string, vf int, s rdma.VFState) error {
 	if n == l.failSetVF {
 		return fmt.Errorf("injected SetVF failure (%s vf %d)", pf, vf)
 	}
-	return l.LinkControl.SetVF(pf, vf, s)
+	return l.Control.SetVF(pf, vf, s)
 }
 
 func (l *flakyLinks) SetMTU(ifname string, mtu int) error {
@@ -327,7 +328,7 @@ func (l *flakyLinks) SetMTU(ifname string, mtu int) error {
 	if n == l.failSetMTU {
 		return fmt.Errorf("injected SetMTU failure (%s)", ifname)
 	}
-	return l.LinkControl.SetMTU(ifname, mtu)
+	return l.Control.SetMTU(ifname, mtu)
 }
 
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }

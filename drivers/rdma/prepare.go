@@ -14,15 +14,16 @@ import (
 
 	configv1alpha1 "github.com/strata-sh/strata/api/config/v1alpha1"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/internal/linkctl"
 )
 
 // vfState is what the checkpoint keeps of a configured virtual function,
 // to put it back as it was.
 type vfState struct {
-	PF       string  `json:"pf"`
-	VF       int     `json:"vf"`
-	Netdev   string  `json:"netdev"`
-	Previous VFState `json:"previous"`
+	PF       string          `json:"pf"`
+	VF       int             `json:"vf"`
+	Netdev   string          `json:"netdev"`
+	Previous linkctl.VFState `json:"previous"`
 	// PreviousMTU is 0 when the claim left the MTU alone.
 	PreviousMTU int `json:"previousMTU,omitempty"`
 }
@@ -138,7 +139,7 @@ func checkVF(p *port, vf *configv1alpha1.VFConfig) field.ErrorList {
 }
 
 // vfTarget is VF settings resolved against the current ones.
-func vfTarget(current VFState, vf *configv1alpha1.VFConfig) VFState {
+func vfTarget(current linkctl.VFState, vf *configv1alpha1.VFConfig) linkctl.VFState {
 	s := current
 	if vf.VLAN != nil {
 		s.VLAN = int(*vf.VLAN)

@@ -16,6 +16,7 @@ import (
 	"github.com/strata-sh/strata/drivers/plugin"
 	"github.com/strata-sh/strata/drivers/rdma"
 	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/internal/linkctl"
 )
 
 // wantNode is a device node a container must get.
@@ -163,15 +164,15 @@ func TestVFConfig(t *testing.T) {
 		vf      string // RDMA device of the VF
 		// initial is set on the VF before the claim (an operator's
 		// settings), nil for the kernel's defaults.
-		initial *rdma.VFState
+		initial *linkctl.VFState
 		configs []json.RawMessage
-		want    rdma.VFState
+		want    linkctl.VFState
 		wantMTU int
 	}{
 		{
 			name: "every setting on Ethernet", machine: hardware.HGXH100CPUNICs(), vf: "mlx5_5",
 			configs: []json.RawMessage{nicConfig(`{"vlan":100,"vlanQoS":3,"trust":true,"spoofCheck":false,"mtu":9000,"maxTxRate":"100G"}`)},
-			want:    rdma.VFState{VLAN: 100, QoS: 3, Trust: true, SpoofCheck: false, MaxTxRateMbps: 100_000}, wantMTU: 9000,
+			want:    linkctl.VFState{VLAN: 100, QoS: 3, Trust: true, SpoofCheck: false, MaxTxRateMbps: 100_000}, wantMTU: 9000,
 		},
 		{
 			name: "class then claim", machine: hardware.HGXH100CPUNICs(), vf: "mlx5_9",
@@ -179,7 +180,7 @@ func TestVFConfig(t *testing.T) {
 				nicConfig(`{"vlan":10,"trust":true,"mtu":1400}`), // class
 				nicConfig(`{"vlan":20,"maxTxRate":"25G"}`),       // claim
 			},
-			want: rdma.VFState{VLAN: 20, Trust: true, SpoofCheck: true, MaxTxRateMbps: 25_000}, wantMTU: 1400,
+			want: linkctl.VFState{VLAN: 20, Trust: true, SpoofCheck: true, MaxTxRateMbps: 25_000}, wantMTU: 1400,
 		},
 		{
 			name: "claim overrides a class field it sets", machine: hardware.HGXH100CPUNICs(), vf: "mlx5_4",
@@ -187,23 +188,23 @@ func TestVFConfig(t *testing.T) {
 				nicConfig(`{"vlan":7,"spoofCheck":false,"maxTxRate":"50G"}`),
 				nicConfig(`{"spoofCheck":true}`),
 			},
-			want: rdma.VFState{VLAN: 7, SpoofCheck: true, MaxTxRateMbps: 50_000}, wantMTU: 1500,
+			want: linkctl.VFState{VLAN: 7, SpoofCheck: true, MaxTxRateMbps: 50_000}, wantMTU: 1500,
 		},
 		{
 			name: "config without vf section", machine: hardware.HGXH100CPUNICs(), vf: "mlx5_4",
 			configs: []json.RawMessage{nicConfig(`{"trust":true}`), nicConfig("")},
-			want:    rdma.VFState{Trust: true, SpoofCheck: true}, wantMTU: 1500,
+			want:    linkctl.VFState{Trust: true, SpoofCheck: true}, wantMTU: 1500,
 		},
 		{
 			name: "restores an operator's settings", machine: hardware.HGXH100CPUNICs(), vf: "mlx5_6",
-			initial: &rdma.VFState{Trust: true, SpoofCheck: true, MaxTxRateMbps: 1000},
+			initial: &linkctl.VFState{Trust: true, SpoofCheck: true, MaxTxRateMbps: 1000},
 			configs: []json.RawMessage{nicConfig(`{"vlan":5}`)},
-			want:    rdma.VFState{VLAN: 5, Trust: true, SpoofCheck: true, MaxTxRateMbps: 1000}, wantMTU: 1500,
+			want:    linkctl.VFState{VLAN: 5, Trust: true, SpoofCheck: true, MaxTxRateMbps: 1000}, wantMTU: 1500,
 		},
 		{
 			name: "InfiniBand trust and MTU", machine: hardware.DGXH100(), vf: "mlx5_17",
 			configs: []json.RawMessage{nicConfig(`{"trust":true,"mtu":2044,"maxTxRate":"200G"}`)},
-			want:    rdma.VFState{Trust: true, SpoofCheck: true, MaxTxRateMbps: 200_000}, wantMTU: 2044,
+			want:    linkctl.VFState{Trust: true, SpoofCheck: true, MaxTxRateMbps: 200_000}, wantMTU: 2044,
 		},
 	}
 	for _, tc := range tests {
@@ -456,7 +457,7 @@ func TestPrepareFailureRestoresEarlierVFs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testContext(t)
 			n := sharedNode(t, hardware.HGXH100CPUNICs())
-			links := &flakyLinks{LinkControl: n.links, failSetVF: tc.failSetVF, failSetMTU: tc.failSetMTU}
+			links := &flakyLinks{Control: n.links, failSetVF: tc.failSetVF, failSetMTU: tc.failSetMTU}
 			b, err := rdma.New(n.config(func(c *rdma.Config) { c.Links = links }))
 			if err != nil {
 				t.Fatal(err)

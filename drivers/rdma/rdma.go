@@ -33,6 +33,7 @@ import (
 
 	"github.com/strata-sh/strata/drivers/pci"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/internal/linkctl"
 )
 
 // DriverName is the DRA driver name of this backend.
@@ -55,7 +56,7 @@ type Config struct {
 	DevRoot string
 	// Links sets virtual function parameters and MTUs (netlink on a real
 	// host).
-	Links LinkControl
+	Links linkctl.Control
 	// RailDevices lists the RDMA devices of the physical functions in
 	// rail order; empty numbers rails in PCI address order.
 	RailDevices []string
@@ -193,7 +194,7 @@ func (b *Backend) port(name string) (*port, error) {
 
 // linkDefaults is what a virtual function has when nobody configured it:
 // no VLAN, not trusted, spoof check on, no rate limit.
-func linkDefaults() VFState { return VFState{SpoofCheck: true} }
+func linkDefaults() linkctl.VFState { return linkctl.VFState{SpoofCheck: true} }
 
 // defaultMTU is a VF interface's MTU when nobody set it.
 func defaultMTU(linkLayer string) int {

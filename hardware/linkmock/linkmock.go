@@ -11,15 +11,15 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/strata-sh/strata/drivers/rdma"
 	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/internal/linkctl"
 )
 
 // Links is the link state of one machine.
 type Links struct {
 	mu       sync.Mutex
 	pfs      map[string]pf
-	vfs      map[vfKey]rdma.VFState
+	vfs      map[vfKey]linkctl.VFState
 	mtu      map[string]int
 	defaults map[string]int
 	// sets counts SetVF calls, for tests that assert nothing was changed.
@@ -36,12 +36,12 @@ type vfKey struct {
 	vf int
 }
 
-var _ rdma.LinkControl = (*Links)(nil)
+var _ linkctl.Control = (*Links)(nil)
 
 // New returns the links of a machine with every VF at the kernel's
 // defaults.
 func New(m hardware.Machine) *Links {
-	l := &Links{pfs: map[string]pf{}, vfs: map[vfKey]rdma.VFState{}, mtu: map[string]int{}, defaults: map[string]int{}}
+	l := &Links{pfs: map[string]pf{}, vfs: map[vfKey]linkctl.VFState{}, mtu: map[string]int{}, defaults: map[string]int{}}
 	for _, d := range m.RDMADevices() {
 		mtu := 4092
 		if d.NIC.LinkLayer == hardware.LinkEthernet {
@@ -54,7 +54,7 @@ func New(m hardware.Machine) *Links {
 		if d.PF == "" {
 			l.pfs[d.NetDev] = pf{linkLayer: d.NIC.LinkLayer, numVFs: d.NIC.NumVFs}
 			for k := 0; k < d.NIC.NumVFs; k++ {
-				l.vfs[vfKey{d.NetDev, k}] = rdma.VFState{SpoofCheck: true}
+				l.vfs[vfKey{d.NetDev, k}] = linkctl.VFState{SpoofCheck: true}
 			}
 		}
 	}
@@ -72,18 +72,18 @@ func (l *Links) vf(name string, vf int) (pf, error) {
 	return p, nil
 }
 
-// VF implements rdma.LinkControl.
-func (l *Links) VF(name string, vf int) (rdma.VFState, error) {
+// VF implements linkctl.Control.
+func (l *Links) VF(name string, vf int) (linkctl.VFState, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, err := l.vf(name, vf); err != nil {
-		return rdma.VFState{}, err
+		return linkctl.VFState{}, err
 	}
 	return l.vfs[vfKey{name, vf}], nil
 }
 
-// SetVF implements rdma.LinkControl.
-func (l *Links) SetVF(name string, vf int, s rdma.VFState) error {
+// SetVF implements linkctl.Control.
+func (l *Links) SetVF(name string, vf int, s linkctl.VFState) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p, err := l.vf(name, vf)
@@ -98,7 +98,7 @@ func (l *Links) SetVF(name string, vf int, s rdma.VFState) error {
 	return nil
 }
 
-// MTU implements rdma.LinkControl.
+// MTU implements linkctl.Control.
 func (l *Links) MTU(name string) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -109,7 +109,7 @@ func (l *Links) MTU(name string) (int, error) {
 	return m, nil
 }
 
-// SetMTU implements rdma.LinkControl.
+// SetMTU implements linkctl.Control.
 func (l *Links) SetMTU(name string, mtu int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -130,7 +130,7 @@ func (l *Links) Changed() []string {
 	defer l.mu.Unlock()
 	var out []string
 	for k, s := range l.vfs {
-		if s != (rdma.VFState{SpoofCheck: true}) {
+		if s != (linkctl.VFState{SpoofCheck: true}) {
 			out = append(out, fmt.Sprintf("%s vf %d %+v", k.pf, k.vf, s))
 		}
 	}
@@ -144,7 +144,7 @@ func (l *Links) Changed() []string {
 }
 
 // State returns a VF's settings and its interface's MTU.
-func (l *Links) State(pfName string, vf int, vfNetdev string) (rdma.VFState, int) {
+func (l *Links) State(pfName string, vf int, vfNetdev string) (linkctl.VFState, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.vfs[vfKey{pfName, vf}], l.mtu[vfNetdev]

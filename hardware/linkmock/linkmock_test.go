@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-sh/strata/drivers/rdma"
 	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/internal/linkctl"
 )
 
 func TestDefaults(t *testing.T) {
@@ -25,7 +25,7 @@ func TestDefaults(t *testing.T) {
 				t.Errorf("fresh links changed: %v", c)
 			}
 			for k := 0; k < tc.numVFs; k++ {
-				if s, err := l.VF(tc.pf, k); err != nil || s != (rdma.VFState{SpoofCheck: true}) {
+				if s, err := l.VF(tc.pf, k); err != nil || s != (linkctl.VFState{SpoofCheck: true}) {
 					t.Errorf("VF %d of %s = %+v, %v; want the kernel's defaults", k, tc.pf, s, err)
 				}
 			}
@@ -51,11 +51,11 @@ func TestRefusals(t *testing.T) {
 		do      func(l *Links) error
 		want    string
 	}{
-		{"unknown PF", eth, func(l *Links) error { return l.SetVF("eth9", 0, rdma.VFState{}) }, "eth9"},
-		{"VF out of range", eth, func(l *Links) error { return l.SetVF("enp41s0np0", 4, rdma.VFState{}) }, "vf 4"},
-		{"negative VF", eth, func(l *Links) error { return l.SetVF("enp41s0np0", -1, rdma.VFState{}) }, "vf -1"},
-		{"VLAN on InfiniBand", ib, func(l *Links) error { return l.SetVF("ibp24s0", 0, rdma.VFState{VLAN: 5}) }, "not supported"},
-		{"QoS on InfiniBand", ib, func(l *Links) error { return l.SetVF("ibp24s0", 0, rdma.VFState{QoS: 1}) }, "not supported"},
+		{"unknown PF", eth, func(l *Links) error { return l.SetVF("eth9", 0, linkctl.VFState{}) }, "eth9"},
+		{"VF out of range", eth, func(l *Links) error { return l.SetVF("enp41s0np0", 4, linkctl.VFState{}) }, "vf 4"},
+		{"negative VF", eth, func(l *Links) error { return l.SetVF("enp41s0np0", -1, linkctl.VFState{}) }, "vf -1"},
+		{"VLAN on InfiniBand", ib, func(l *Links) error { return l.SetVF("ibp24s0", 0, linkctl.VFState{VLAN: 5}) }, "not supported"},
+		{"QoS on InfiniBand", ib, func(l *Links) error { return l.SetVF("ibp24s0", 0, linkctl.VFState{QoS: 1}) }, "not supported"},
 		{"MTU too large", eth, func(l *Links) error { return l.SetMTU("enp41s0np0v0", 9979) }, "mtu 9979"},
 		{"MTU too small", ib, func(l *Links) error { return l.SetMTU("ibp24s0v0", 67) }, "mtu 67"},
 		{"unknown interface MTU", ib, func(l *Links) error { return l.SetMTU("ib0", 1500) }, "ib0"},
@@ -76,7 +76,7 @@ func TestRefusals(t *testing.T) {
 
 func TestChangedAndRestored(t *testing.T) {
 	l := New(hardware.HGXH100CPUNICs())
-	set := rdma.VFState{VLAN: 100, QoS: 2, Trust: true, MaxTxRateMbps: 1000}
+	set := linkctl.VFState{VLAN: 100, QoS: 2, Trust: true, MaxTxRateMbps: 1000}
 	if err := l.SetVF("enp41s0np0", 2, set); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestChangedAndRestored(t *testing.T) {
 	if c := l.Changed(); len(c) != 2 || !strings.HasPrefix(c[0], "enp41s0np0 vf 2 ") || c[1] != "enp41s0np0v2 mtu 9000" {
 		t.Errorf("changed %q", c)
 	}
-	if err := l.SetVF("enp41s0np0", 2, rdma.VFState{SpoofCheck: true}); err != nil {
+	if err := l.SetVF("enp41s0np0", 2, linkctl.VFState{SpoofCheck: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.SetMTU("enp41s0np0v2", 1500); err != nil {

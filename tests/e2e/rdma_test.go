@@ -23,6 +23,7 @@ import (
 	"github.com/strata-sh/strata/drivers/pci"
 	"github.com/strata-sh/strata/drivers/rdma"
 	"github.com/strata-sh/strata/hardware"
+	"github.com/strata-sh/strata/internal/linkctl"
 	"github.com/strata-sh/strata/internal/testutil"
 	"github.com/strata-sh/strata/scheduler-plugins/config"
 	"github.com/strata-sh/strata/sim/apply"
@@ -417,7 +418,7 @@ func TestRDMA(t *testing.T) {
 		}
 		hw := e.hardware(nodeName)
 		st, mtu := hw.Links.State(pfNetdev, want.VFIndex, want.NetDev)
-		if st != (rdma.VFState{VLAN: 100, QoS: 3, Trust: true, SpoofCheck: true, MaxTxRateMbps: 100000}) || mtu != 9000 {
+		if st != (linkctl.VFState{VLAN: 100, QoS: 3, Trust: true, SpoofCheck: true, MaxTxRateMbps: 100000}) || mtu != 9000 {
 			t.Errorf("VF %s of %s: %+v, MTU %d; want VLAN 100 QoS 3, trusted, 100000 Mb/s, MTU 9000", want.NetDev, pfNetdev, st, mtu)
 		}
 		view := e.sim.Nodes.Containers(pod.UID)["client"]

@@ -20,6 +20,7 @@ import (
 	"github.com/strata-sh/strata/drivers/plugin/pluginmain"
 	"github.com/strata-sh/strata/drivers/rdma"
 	"github.com/strata-sh/strata/hardware/simulated"
+	"github.com/strata-sh/strata/internal/linkctl"
 )
 
 // Options are the plugin's settings, as its flags give them.
@@ -79,7 +80,7 @@ func (o Options) rails() []string {
 // Host is what the plugin drives on its machine. Nil fields are the real
 // host: netlink.
 type Host struct {
-	Links rdma.LinkControl
+	Links linkctl.Control
 	// Events, if set, sends the plugin's events (a process running many
 	// plugins shares one broadcaster).
 	Events record.EventBroadcaster
@@ -93,7 +94,7 @@ func Start(ctx context.Context, o Options, client kubernetes.Interface, host Hos
 	}
 	links := host.Links
 	if links == nil {
-		links = rdma.Netlink{}
+		links = linkctl.Netlink{}
 	}
 	backend, err := rdma.New(rdma.Config{
 		SysfsRoot:      o.SysfsRoot,

@@ -19,6 +19,7 @@ import (
 	"github.com/strata-sh/strata/drivers/rdma"
 	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/hardware/linkmock"
+	"github.com/strata-sh/strata/internal/linkctl"
 )
 
 // failingLinks fails the VF change of one interface, as the kernel does
@@ -29,7 +30,7 @@ type failingLinks struct {
 	failOn string
 }
 
-func (l *failingLinks) SetVF(pf string, vf int, s rdma.VFState) error {
+func (l *failingLinks) SetVF(pf string, vf int, s linkctl.VFState) error {
 	l.mu.Lock()
 	fail := fmt.Sprintf("%s vf %d", pf, vf) == l.failOn
 	l.mu.Unlock()
@@ -69,7 +70,7 @@ func TestFailedPrepareKeepsOperatorSettings(t *testing.T) {
 		t.Fatalf("the machine has VFs %v, want two on different PFs", vfs)
 	}
 	links := &failingLinks{Links: linkmock.New(m)}
-	operator := rdma.VFState{Trust: true, SpoofCheck: false}
+	operator := linkctl.VFState{Trust: true, SpoofCheck: false}
 	for _, vf := range vfs {
 		if err := links.Links.SetVF(pfNetdev[vf.PF], vf.VFIndex, operator); err != nil {
 			t.Fatal(err)

@@ -1,4 +1,10 @@
-package rdma
+// Package linkctl reads and changes network interfaces the way "ip link"
+// does, for the RDMA backend: the settings a physical function holds for
+// each of its virtual functions, and interfaces' MTUs. Control is what
+// the backend takes; Netlink drives the host over rtnetlink, and
+// hardware/linkmock is its fake. The package sits outside drivers/ so
+// that the fake imports no driver package.
+package linkctl
 
 import (
 	"fmt"
@@ -16,9 +22,9 @@ type VFState struct {
 	MaxTxRateMbps int
 }
 
-// LinkControl changes network interfaces the way "ip link" does. The
-// plugin runs in the host's network namespace with CAP_NET_ADMIN.
-type LinkControl interface {
+// Control changes network interfaces the way "ip link" does. The plugin
+// runs in the host's network namespace with CAP_NET_ADMIN.
+type Control interface {
 	// VF reads a virtual function's settings from its physical function
 	// (pf is the PF's interface name).
 	VF(pf string, vf int) (VFState, error)
@@ -29,12 +35,12 @@ type LinkControl interface {
 	SetMTU(ifname string, mtu int) error
 }
 
-// Netlink is LinkControl over rtnetlink.
+// Netlink is Control over rtnetlink.
 type Netlink struct{}
 
-var _ LinkControl = Netlink{}
+var _ Control = Netlink{}
 
-// VF implements LinkControl.
+// VF implements Control.
 func (Netlink) VF(pf string, vf int) (VFState, error) {
 	link, err := netlink.LinkByName(pf)
 	if err != nil {
@@ -48,7 +54,7 @@ func (Netlink) VF(pf string, vf int) (VFState, error) {
 	return VFState{}, fmt.Errorf("interface %s has no VF %d", pf, vf)
 }
 
-// SetVF implements LinkControl.
+// SetVF implements Control.
 func (Netlink) SetVF(pf string, vf int, s VFState) error {
 	link, err := netlink.LinkByName(pf)
 	if err != nil {
@@ -69,7 +75,7 @@ func (Netlink) SetVF(pf string, vf int, s VFState) error {
 	return nil
 }
 
-// MTU implements LinkControl.
+// MTU implements Control.
 func (Netlink) MTU(ifname string) (int, error) {
 	link, err := netlink.LinkByName(ifname)
 	if err != nil {
@@ -78,7 +84,7 @@ func (Netlink) MTU(ifname string) (int, error) {
 	return link.Attrs().MTU, nil
 }
 
-// SetMTU implements LinkControl.
+// SetMTU implements Control.
 func (Netlink) SetMTU(ifname string, mtu int) error {
 	link, err := netlink.LinkByName(ifname)
 	if err != nil {
