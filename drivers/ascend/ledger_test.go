@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -188,5 +189,56 @@ func TestReplacedVNPUIsNotDestroyed(t *testing.T) {
 	}
 	if got := tool.all(t); !slices.Equal(got, []string{"2/132:vir10_3c_32g", "3/148:vir10_3c_32g", "4/164:vir05_1c_16g"}) {
 		t.Errorf("vNPUs %v, want the operator's three", got)
+	}
+}
+
+// The plugin never writes a ledger entry without a claim UID: a prepare
+// of a claim without one is refused before anything is made. An entry
+// without one (a hand-edited ledger) is not the plugin's to destroy: no
+// reconcile or unprepare touches its vNPU, which holds its share of the
+// chip like an operator's, and the entry stays for the operator to mend.
+func TestLedgerEntryWithoutClaimIsLeftAlone(t *testing.T) {
+	tool := newTool(t)
+	state := t.TempDir()
+	ctx, b := newBackend(t, tool, state)
+	for name, req := range map[string]*plugin.PrepareRequest{
+		"no claim":     {Devices: request("x", "npu-2-vir05-1c-16g-0").Devices},
+		"no claim UID": request("", "npu-2-vir05-1c-16g-0"),
+	} {
+		if _, err := b.Prepare(ctx, req); err == nil || !strings.Contains(err.Error(), "no UID") {
+			t.Errorf("prepare with %s: %v, want a refusal", name, err)
+		}
+	}
+	if got := tool.all(t); len(got) != 0 {
+		t.Fatalf("vNPUs %v made for a claim without a UID", got)
+	}
+	if _, err := tool.CreateVNPU(ctx, 2, 0, "vir05_1c_16g", 132); err != nil {
+		t.Fatal(err)
+	}
+	const edited = `[{"claim":"","device":"npu-2-vir05-1c-16g-0","template":"vir05_1c_16g","card":2,"chip":0,"id":132}]`
+	path := filepath.Join(state, "vnpus.json")
+	if err := os.WriteFile(path, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Reconcile(ctx, nil); err != nil {
+		t.Errorf("reconcile: %v", err)
+	}
+	if err := b.Unprepare(ctx, plugin.ClaimRef{}, nil); err != nil {
+		t.Errorf("unprepare of no claim: %v", err)
+	}
+	if got := tool.all(t); !slices.Equal(got, []string{"2/132:vir05_1c_16g"}) {
+		t.Errorf("vNPUs %v, want the entry's kept", got)
+	}
+	if raw, err := os.ReadFile(path); err != nil || string(raw) != edited {
+		t.Errorf("ledger now %s (%v), want it as edited", raw, err)
+	}
+	inv, err := b.Discover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cs := range inv.SharedCounters {
+		if c := cs.Counters[counterCores]; cs.Name == "npu-2" && c.Value.Value() != 15 {
+			t.Errorf("npu-2 offers %d AI cores beside the entry's vNPU, want 15", c.Value.Value())
+		}
 	}
 }

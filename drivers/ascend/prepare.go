@@ -113,9 +113,13 @@ func (b *Backend) chipResourcesLocked(ctx context.Context, n *npu, ledger []vnpu
 	return usable, foreign, nil
 }
 
-// holds says whether the ledger records a vNPU the chip lists.
+// holds says whether the ledger records a vNPU the chip lists for a
+// claim. One of an entry without a claim (a hand-edited ledger: the
+// plugin writes none) is not the plugin's to hand out.
 func holds(ledger []vnpu, n *npu, v npusmi.VNPU) bool {
-	return slices.ContainsFunc(ledger, func(e vnpu) bool { return e.Card == n.Card && e.Chip == n.chipID() && e.is(v) })
+	return slices.ContainsFunc(ledger, func(e vnpu) bool {
+		return e.Claim != "" && e.Card == n.Card && e.Chip == n.chipID() && e.is(v)
+	})
 }
 
 // pruneLocked drops the ledger's entries of a chip that the chip's
@@ -150,6 +154,13 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	claim := plugin.ClaimRefOf(req.Claim)
+	if claim.UID == "" {
+		// The ledger owns a vNPU by its claim's UID: an entry without
+		// one would belong to no claim. The kubelet hands no such claim
+		// (the API server gives every object a UID), but a caller of the
+		// backend could.
+		return nil, fmt.Errorf("claim %s has no UID: nothing is prepared for it", claim)
+	}
 	// The node-wide nodes first: a driver region missing from
 	// /proc/devices refuses the claim before any vNPU is made.
 	common, err := b.commonNodes()
@@ -266,7 +277,31 @@ func (b *Backend) Unprepare(ctx context.Context, claim plugin.ClaimRef, devices 
 }
 
 func (b *Backend) unprepareLocked(ctx context.Context, claim plugin.ClaimRef, _ []plugin.PreparedDevice) error {
-	return b.ledger.Release(claim.UID, func(e vnpu) error { return b.destroy(ctx, e) }, nil)
+	return without(b.ledger.Release(claim.UID, b.destroyOwned(ctx, false), nil), errKept)
+}
+
+// destroyOwned is the destroy of unprepare (and, with reconcile, of
+// Reconcile). It keeps, with errKept, the entries whose vNPUs are not
+// the plugin's to destroy: those of no claim, which the plugin never
+// writes (Prepare refuses a claim without a UID) and which only a
+// hand-edited ledger holds, and which the ledger would otherwise take for
+// the instances of a claim that is not prepared; and, at reconcile, those
+// of a chip left out at start-up, whose vNPUs cannot be read: a start-up
+// that reads the chip destroys them, and failing here would fail the
+// start-up, and the other chips with it.
+func (b *Backend) destroyOwned(ctx context.Context, reconcile bool) func(vnpu) error {
+	logger := klog.FromContext(ctx)
+	return func(e vnpu) error {
+		switch {
+		case e.Claim == "":
+			logger.Error(nil, "vNPU ledger entry names no claim, leaving the vNPU alone", "card", e.Card, "chip", e.Chip, "id", e.ID, "device", e.Device)
+			return errKept
+		case reconcile && b.leftOut[[2]int{e.Card, e.Chip}]:
+			logger.Info("Keeping a vNPU of an NPU left out at start-up for a later start-up to destroy", "card", e.Card, "chip", e.Chip, "id", e.ID, "claimUID", e.Claim)
+			return errKept
+		}
+		return b.destroy(ctx, e)
+	}
 }
 
 // destroy removes the vNPU of a ledger entry. One that is gone already
@@ -289,29 +324,19 @@ func (b *Backend) destroy(ctx context.Context, e vnpu) error {
 	return nil
 }
 
-// errKept is what reconcile's destroy returns for a ledger entry it
-// leaves alone on purpose: the ledger keeps an entry whose destroy fails,
-// and the error is then dropped, as it is no failure of the reconcile.
+// errKept is what destroyOwned returns for a ledger entry it leaves
+// alone on purpose: the ledger keeps an entry whose destroy fails, and
+// the error is then dropped, as it is no failure of the operation.
 var errKept = errors.New("ledger entry kept")
 
 // Reconcile implements plugin.Reconciler: vNPUs of the ledger whose
 // claim is not prepared are destroyed (left by a crash mid-prepare, or
-// by a claim unprepared while the plugin was down). Those of a chip left
-// out at start-up are kept, entries and all, without failing: whether
-// they exist cannot be read, and a start-up that reads the chip destroys
-// them; failing here would fail the start-up, and the other chips with
-// it.
+// by a claim unprepared while the plugin was down), but for those
+// destroyOwned keeps.
 func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	err := b.ledger.Reconcile(prepared, func(e vnpu) error {
-		if b.leftOut[[2]int{e.Card, e.Chip}] {
-			klog.FromContext(ctx).Info("Keeping a vNPU of an NPU left out at start-up for a later start-up to destroy", "card", e.Card, "chip", e.Chip, "id", e.ID, "claimUID", e.Claim)
-			return errKept
-		}
-		return b.destroy(ctx, e)
-	}, nil)
-	return without(err, errKept)
+	return without(b.ledger.Reconcile(prepared, b.destroyOwned(ctx, true), nil), errKept)
 }
 
 // without is err less the errors of it that are target: err as the

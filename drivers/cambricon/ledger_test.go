@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -123,5 +124,55 @@ func TestUnreadableLedgerDestroysNothing(t *testing.T) {
 				t.Errorf("ledger file now %s (%v)", raw, err)
 			}
 		})
+	}
+}
+
+// The plugin never writes a ledger entry without a claim UID: a prepare
+// of a claim without one is refused before anything is made. An entry
+// without one (a hand-edited ledger) is not the plugin's to destroy: no
+// reconcile or unprepare touches its instance or its card's sMLU mode,
+// the instance holds its share of the card like an operator's, and the
+// entry stays for the operator to mend.
+func TestLedgerEntryWithoutClaimIsLeftAlone(t *testing.T) {
+	tool := newTool(t)
+	state := t.TempDir()
+	ctx, b, _ := newBackend(t, tool, state)
+	for name, req := range map[string]*plugin.PrepareRequest{
+		"no claim":     {Devices: request("x", part("mlu-5", "10", "1Gi")).Devices},
+		"no claim UID": request("", part("mlu-5", "10", "1Gi")),
+	} {
+		if _, err := b.Prepare(ctx, req); err == nil || !strings.Contains(err.Error(), "no UID") {
+			t.Errorf("prepare with %s: %v, want a refusal", name, err)
+		}
+	}
+	if got := tool.instances(t); len(got) != 0 || tool.smluOn(t, 5) {
+		t.Fatalf("sMLUs %v, card 5 on %v, for a claim without a UID", got, tool.smluOn(t, 5))
+	}
+	tool.operatorSMLU(t, 5, 30, 4096)
+	const edited = `{"instances":[{"claim":"","device":"mlu-5","card":5,"id":1,"vcore":30,"memoryMB":4096}],"smluOn":[5]}`
+	path := filepath.Join(state, "smlus.json")
+	if err := os.WriteFile(path, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Reconcile(ctx, nil); err != nil {
+		t.Errorf("reconcile: %v", err)
+	}
+	if err := b.Unprepare(ctx, plugin.ClaimRef{}, nil); err != nil {
+		t.Errorf("unprepare of no claim: %v", err)
+	}
+	if got := tool.instances(t); !slices.Equal(got, []string{"5/1:30p.4096mb"}) || !tool.smluOn(t, 5) {
+		t.Errorf("sMLUs %v, card 5 on %v; want the entry's kept, on", got, tool.smluOn(t, 5))
+	}
+	if raw, err := os.ReadFile(path); err != nil || string(raw) != edited {
+		t.Errorf("ledger now %s (%v), want it as edited", raw, err)
+	}
+	inv, err := b.Discover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range inv.Devices {
+		if c := d.Capacity[CapacityVCore]; d.Name == "mlu-5" && c.Value.Value() != 70 {
+			t.Errorf("mlu-5 offers %d%% beside the entry's instance, want 70", c.Value.Value())
+		}
 	}
 }

@@ -69,9 +69,11 @@ func newLedger(dir string) *ledgerFile {
 	return plugin.NewLedgerFile[instance, smluModes](filepath.Join(dir, ledgerName))
 }
 
-// holds says whether the plugin made the sMLU id of a card.
+// holds says whether the plugin made the sMLU id of a card for a claim.
+// One of an entry without a claim (a hand-edited ledger: the plugin
+// writes none) is not the plugin's to hand out.
 func holds(l *ledger, card, id int) bool {
-	return slices.ContainsFunc(l.Instances, func(e instance) bool { return e.Card == card && e.ID == id })
+	return slices.ContainsFunc(l.Instances, func(e instance) bool { return e.Claim != "" && e.Card == card && e.ID == id })
 }
 
 // share is what a claim consumes of a card, from its allocation.
@@ -136,6 +138,13 @@ func (b *Backend) Prepare(ctx context.Context, req *plugin.PrepareRequest) (*plu
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	claim := plugin.ClaimRefOf(req.Claim)
+	if claim.UID == "" {
+		// The ledger owns an instance by its claim's UID: an entry
+		// without one would belong to no claim. The kubelet hands no such
+		// claim (the API server gives every object a UID), but a caller
+		// of the backend could.
+		return nil, fmt.Errorf("claim %s has no UID: nothing is prepared for it", claim)
+	}
 	fail := func(err error) (*plugin.PrepareResponse, error) {
 		return nil, errors.Join(err, b.unprepareLocked(ctx, claim))
 	}
@@ -273,8 +282,32 @@ func (b *Backend) Unprepare(ctx context.Context, claim plugin.ClaimRef, _ []plug
 // fine), then switches sMLU mode off on the cards the plugin switched on
 // that hold no instance.
 func (b *Backend) unprepareLocked(ctx context.Context, claim plugin.ClaimRef) error {
-	return b.ledger.Release(claim.UID, func(e instance) error { return b.destroy(ctx, e) },
-		func(l *ledger) error { return b.switchOffIdle(ctx, l) })
+	err := b.ledger.Release(claim.UID, b.destroyOwned(ctx, false), func(l *ledger) error { return b.switchOffIdle(ctx, l) })
+	return without(err, errKept)
+}
+
+// destroyOwned is the destroy of unprepare (and, with reconcile, of
+// Reconcile). It keeps, with errKept, the entries whose instances are
+// not the plugin's to destroy: those of no claim, which the plugin never
+// writes (Prepare refuses a claim without a UID) and which only a
+// hand-edited ledger holds, and which the ledger would otherwise take for
+// the instances of a claim that is not prepared; and, at reconcile, those
+// of a card left out at start-up, whose instances cannot be read: a
+// start-up that reads the card destroys them, and failing here would
+// fail the start-up, and the other cards with it.
+func (b *Backend) destroyOwned(ctx context.Context, reconcile bool) func(instance) error {
+	logger := klog.FromContext(ctx)
+	return func(e instance) error {
+		switch {
+		case e.Claim == "":
+			logger.Error(nil, "sMLU ledger entry names no claim, leaving the instance alone", "card", e.Card, "id", e.ID, "device", e.Device)
+			return errKept
+		case reconcile && b.leftOut[e.Card]:
+			logger.Info("Keeping an sMLU of an MLU left out at start-up for a later start-up to destroy", "card", e.Card, "id", e.ID, "claimUID", e.Claim)
+			return errKept
+		}
+		return b.destroy(ctx, e)
+	}
 }
 
 func (b *Backend) destroy(ctx context.Context, e instance) error {
@@ -332,28 +365,19 @@ func (b *Backend) switchOffIdle(ctx context.Context, l *ledger) error {
 	return errors.Join(errs...)
 }
 
-// errKept is what reconcile's destroy returns for a ledger entry it
-// leaves alone on purpose: the ledger keeps an entry whose destroy fails,
-// and the error is then dropped, as it is no failure of the reconcile.
+// errKept is what destroyOwned returns for a ledger entry it leaves
+// alone on purpose: the ledger keeps an entry whose destroy fails, and
+// the error is then dropped, as it is no failure of the operation.
 var errKept = errors.New("ledger entry kept")
 
 // Reconcile implements plugin.Reconciler: instances of the ledger whose
 // claim is not prepared are destroyed (left by a crash mid-prepare, or by
-// a claim unprepared while the plugin was down), and idle cards switched
-// back. Those of a card left out at start-up are kept, entries and all,
-// without failing: whether they exist cannot be read, and a start-up
-// that reads the card destroys them; failing here would fail the
-// start-up, and the other cards with it.
+// a claim unprepared while the plugin was down), but for those
+// destroyOwned keeps, and idle cards switched back.
 func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	err := b.ledger.Reconcile(prepared, func(e instance) error {
-		if b.leftOut[e.Card] {
-			klog.FromContext(ctx).Info("Keeping an sMLU of an MLU left out at start-up for a later start-up to destroy", "card", e.Card, "id", e.ID, "claimUID", e.Claim)
-			return errKept
-		}
-		return b.destroy(ctx, e)
-	}, func(l *ledger) error { return b.switchOffIdle(ctx, l) })
+	err := b.ledger.Reconcile(prepared, b.destroyOwned(ctx, true), func(l *ledger) error { return b.switchOffIdle(ctx, l) })
 	return without(err, errKept)
 }
 
