@@ -73,6 +73,12 @@ type Server struct {
 	pending []int
 	ecc     []uint64
 	compute []nvml.ComputeMode
+
+	// changeMu guards what OnChange watches with.
+	changeMu sync.Mutex
+	onChange func(State)
+	last     State
+	wrapped  map[any]bool
 }
 
 // New returns a mock NVML server for the machine. seed (normally the node

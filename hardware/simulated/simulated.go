@@ -7,17 +7,19 @@
 // netlink. A platform team can try the whole chart on a cluster without
 // accelerators; every device the plugin publishes says it is simulated.
 //
-// State: vNPUs and sMLUs (the npu-smi and cnmon fakes' state) are kept in
-// files beside the machine (package persist), so they survive plugin
-// restarts and are gone after the host reboots, as on real hardware. What
-// it does not model: NVML's MIG instances, MPS daemons and VF settings
-// live in the plugin's process and are lost when the plugin restarts, as
-// if the devices had been reset; opening a device node fails (no driver
-// backs it); no workload runs on a simulated device.
+// State: vNPUs and sMLUs (the npu-smi and cnmon fakes' state) and the
+// GPUs' MIG modes, MIG instances and compute modes (nvmlmock.State) are
+// kept in files beside the machine, so they survive plugin restarts and
+// are gone after the host reboots (on real GPUs the MIG mode would stay).
+// What it does not model: VF settings live in the plugin's process and
+// are lost when the plugin restarts, as if the NIC had been reset;
+// opening a device node fails (no driver backs it); no workload runs on a
+// simulated device.
 package simulated
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -107,6 +109,9 @@ func New(root, preset, node string, vendor Vendor, hostBootID string) (*Machine,
 			return nil, fmt.Errorf("hardware preset %s has no NVIDIA GPUs", preset)
 		}
 		if m.NVML, err = nvmlmock.New(layout, node); err != nil {
+			return nil, err
+		}
+		if err := m.keepNVMLState(); err != nil {
 			return nil, err
 		}
 		m.MPS, m.TimeSlices = nvmlmock.NewMPS(), nvmlmock.NewTimeSlices()
@@ -241,4 +246,37 @@ func ForPlugin(pluginDataDir, preset, node, bootIDPath string, vendor Vendor) (*
 		return nil, fmt.Errorf("--simulate: %w", err)
 	}
 	return m, nil
+}
+
+// nvmlState is the file of the GPUs' state (nvmlmock.State).
+const nvmlState = "nvml.json"
+
+// keepNVMLState restores the GPUs' state a previous plugin left and saves
+// it after every change, as the GPUs themselves would keep it.
+func (m *Machine) keepNVMLState() error {
+	path := m.Path(nvmlState)
+	if raw, err := os.ReadFile(path); err == nil {
+		var st nvmlmock.State
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		m.NVML.Restore(st)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	m.NVML.OnChange(func(st nvmlmock.State) {
+		raw, err := json.Marshal(st)
+		if err == nil {
+			tmp := path + ".tmp"
+			if err = os.WriteFile(tmp, raw, 0o644); err == nil {
+				err = os.Rename(tmp, path)
+			}
+		}
+		if err != nil {
+			// Said loudly: a plugin restarted now would find the GPUs
+			// as they were before this change.
+			fmt.Fprintf(os.Stderr, "simulated GPUs: cannot save their state to %s: %v\n", path, err)
+		}
+	})
+	return nil
 }
