@@ -24,6 +24,8 @@ type Links struct {
 	defaults map[string]int
 	// sets counts SetVF calls, for tests that assert nothing was changed.
 	sets int
+	// onChange, if set, is called with the new state after each change.
+	onChange func(Snapshot)
 }
 
 type pf struct {
@@ -95,6 +97,7 @@ func (l *Links) SetVF(name string, vf int, s linkctl.VFState) error {
 	}
 	l.vfs[vfKey{name, vf}] = s
 	l.sets++
+	l.changed()
 	return nil
 }
 
@@ -120,6 +123,7 @@ func (l *Links) SetMTU(name string, mtu int) error {
 		return fmt.Errorf("%s mtu %d: invalid argument", name, mtu)
 	}
 	l.mtu[name] = mtu
+	l.changed()
 	return nil
 }
 
@@ -155,4 +159,60 @@ func (l *Links) Sets() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.sets
+}
+
+// Snapshot is the link state a machine keeps while it is up: every VF's
+// settings ("<pf>/<vf>") and every interface's MTU.
+type Snapshot struct {
+	VFs  map[string]linkctl.VFState `json:"vfs"`
+	MTUs map[string]int             `json:"mtus"`
+}
+
+// Snapshot returns the state now.
+func (l *Links) Snapshot() Snapshot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.snapshotLocked()
+}
+
+func (l *Links) snapshotLocked() Snapshot {
+	s := Snapshot{VFs: map[string]linkctl.VFState{}, MTUs: map[string]int{}}
+	for k, v := range l.vfs {
+		s.VFs[fmt.Sprintf("%s/%d", k.pf, k.vf)] = v
+	}
+	for name, m := range l.mtu {
+		s.MTUs[name] = m
+	}
+	return s
+}
+
+// Restore puts the settings of s back: those of VFs and interfaces the
+// machine has; others are ignored.
+func (l *Links) Restore(s Snapshot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.vfs {
+		if v, ok := s.VFs[fmt.Sprintf("%s/%d", k.pf, k.vf)]; ok {
+			l.vfs[k] = v
+		}
+	}
+	for name := range l.mtu {
+		if m, ok := s.MTUs[name]; ok {
+			l.mtu[name] = m
+		}
+	}
+}
+
+// OnChange calls fn with the state after every change, under the links'
+// lock (fn must not call back).
+func (l *Links) OnChange(fn func(Snapshot)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.onChange = fn
+}
+
+func (l *Links) changed() {
+	if l.onChange != nil {
+		l.onChange(l.snapshotLocked())
+	}
 }

@@ -11,9 +11,8 @@
 // GPUs' MIG modes, MIG instances and compute modes (nvmlmock.State) are
 // kept in files beside the machine, so they survive plugin restarts and
 // are gone after the host reboots (on real GPUs the MIG mode would stay).
-// What it does not model: VF settings live in the plugin's process and
-// are lost when the plugin restarts, as if the NIC had been reset;
-// opening a device node fails (no driver backs it); no workload runs on a
+// So are the NICs' VF settings and MTUs (linkmock.Snapshot). What it does
+// not model: opening a device node fails (no driver backs it); no workload runs on a
 // simulated device.
 package simulated
 
@@ -128,6 +127,9 @@ func New(root, preset, node string, vendor Vendor, hostBootID string) (*Machine,
 			return nil, fmt.Errorf("hardware preset %s has no RDMA NICs", preset)
 		}
 		m.Links = linkmock.New(layout)
+		if err := m.keepLinkState(); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("unknown vendor %q", vendor)
 	}
@@ -248,35 +250,66 @@ func ForPlugin(pluginDataDir, preset, node, bootIDPath string, vendor Vendor) (*
 	return m, nil
 }
 
-// nvmlState is the file of the GPUs' state (nvmlmock.State).
-const nvmlState = "nvml.json"
+// nvmlState and linkState are the files of the GPUs' state
+// (nvmlmock.State) and the NICs' (linkmock.Snapshot).
+const (
+	nvmlState = "nvml.json"
+	linkState = "links.json"
+)
+
+// keepLinkState restores the VF settings and MTUs a previous plugin left
+// and saves them after every change.
+func (m *Machine) keepLinkState() error {
+	var st linkmock.Snapshot
+	if ok, err := readState(m.Path(linkState), &st); err != nil {
+		return err
+	} else if ok {
+		m.Links.Restore(st)
+	}
+	m.Links.OnChange(func(st linkmock.Snapshot) { saveState(m.Path(linkState), st) })
+	return nil
+}
+
+// readState reads a state file; false if there is none.
+func readState(path string, v any) (bool, error) {
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	return true, nil
+}
+
+// saveState writes a state file whole (write and rename). A failure is
+// said loudly: a plugin restarted after it would find the devices as
+// they were before the change.
+func saveState(path string, v any) {
+	raw, err := json.Marshal(v)
+	if err == nil {
+		tmp := path + ".tmp"
+		if err = os.WriteFile(tmp, raw, 0o644); err == nil {
+			err = os.Rename(tmp, path)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "simulated machine: cannot save device state to %s: %v\n", path, err)
+	}
+}
 
 // keepNVMLState restores the GPUs' state a previous plugin left and saves
 // it after every change, as the GPUs themselves would keep it.
 func (m *Machine) keepNVMLState() error {
-	path := m.Path(nvmlState)
-	if raw, err := os.ReadFile(path); err == nil {
-		var st nvmlmock.State
-		if err := json.Unmarshal(raw, &st); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		m.NVML.Restore(st)
-	} else if !errors.Is(err, os.ErrNotExist) {
+	var st nvmlmock.State
+	if ok, err := readState(m.Path(nvmlState), &st); err != nil {
 		return err
+	} else if ok {
+		m.NVML.Restore(st)
 	}
-	m.NVML.OnChange(func(st nvmlmock.State) {
-		raw, err := json.Marshal(st)
-		if err == nil {
-			tmp := path + ".tmp"
-			if err = os.WriteFile(tmp, raw, 0o644); err == nil {
-				err = os.Rename(tmp, path)
-			}
-		}
-		if err != nil {
-			// Said loudly: a plugin restarted now would find the GPUs
-			// as they were before this change.
-			fmt.Fprintf(os.Stderr, "simulated GPUs: cannot save their state to %s: %v\n", path, err)
-		}
-	})
+	m.NVML.OnChange(func(st nvmlmock.State) { saveState(m.Path(nvmlState), st) })
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/strata-sh/strata/hardware"
 	"github.com/strata-sh/strata/hardware/npusmimock"
+	"github.com/strata-sh/strata/internal/linkctl"
 )
 
 // TestNewLaysOutTheMachine: the preset's tree is on disk with real
@@ -117,5 +118,57 @@ func TestStateSurvivesRestartsNotReboots(t *testing.T) {
 	}
 	if got := vnpus(rebooted); len(got) != 0 {
 		t.Errorf("after a reboot the machine has vNPUs %v, want none", got)
+	}
+}
+
+// TestGPUAndLinkStateSurviveRestartsNotReboots: a MIG instance made on a
+// simulated HGX and a VF's settings on a simulated NIC are there when the
+// plugin opens the machine again in the same boot, and gone after the
+// host rebooted.
+func TestGPUAndLinkStateSurviveRestartsNotReboots(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mknod needs root")
+	}
+	const preset = "nvidia-hgx-h100-cpu-nics"
+	gpuRoot, nicRoot := filepath.Join(t.TempDir(), "gpu"), filepath.Join(t.TempDir(), "nic")
+	open := func(root string, v Vendor, boot string) *Machine {
+		t.Helper()
+		m, err := New(root, preset, "node-a", v, boot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	gpus := open(gpuRoot, NVIDIA, "boot-1")
+	if err := gpus.NVML.ApplyMIGConfig(3, map[string]int{"1g.10gb": 1}); err != nil {
+		t.Fatal(err)
+	}
+	nics := open(nicRoot, RDMA, "boot-1")
+	var pf string
+	for _, d := range nics.Layout.RDMADevices() {
+		if d.PF == "" && d.NIC.NumVFs > 0 {
+			pf = d.NetDev
+			break
+		}
+	}
+	if pf == "" {
+		t.Fatalf("preset %s has no NIC with VFs", preset)
+	}
+	set := linkctl.VFState{Trust: true, SpoofCheck: true, MaxTxRateMbps: 1000}
+	if err := nics.Links.SetVF(pf, 1, set); err != nil {
+		t.Fatal(err)
+	}
+
+	if got := open(gpuRoot, NVIDIA, "boot-1").NVML.MIGInstances()[3]; got != 1 {
+		t.Errorf("after a restart GPU 3 has %d MIG instances, want 1", got)
+	}
+	if got, err := open(nicRoot, RDMA, "boot-1").Links.VF(pf, 1); err != nil || got != set {
+		t.Errorf("after a restart %s vf 1 is %+v (%v), want %+v", pf, got, err, set)
+	}
+	if got := open(gpuRoot, NVIDIA, "boot-2").NVML.MIGInstances()[3]; got != 0 {
+		t.Errorf("after a reboot GPU 3 has %d MIG instances, want none", got)
+	}
+	if got, _ := open(nicRoot, RDMA, "boot-2").Links.VF(pf, 1); got == set {
+		t.Errorf("after a reboot %s vf 1 kept %+v", pf, got)
 	}
 }
