@@ -357,8 +357,9 @@ func (d *Driver) startUp(ctx context.Context) error {
 // discovered (rolling back an interrupted prepare needs them, and a
 // backend may need the checkpoint to discover them), then disk and
 // hardware are recovered. It runs at start-up and whenever another
-// instance of the plugin wrote the checkpoint. The caller holds mu and
-// the lock.
+// instance of the plugin wrote the checkpoint. An unreadable checkpoint,
+// or an instance ledger the backend could not read, is a refusal. The
+// caller holds mu and the lock.
 func (d *Driver) restoreLocked(ctx context.Context, startUp bool) error {
 	if err := d.loadCheckpointLocked(ctx); err != nil {
 		return err
@@ -367,9 +368,29 @@ func (d *Driver) restoreLocked(ctx context.Context, startUp bool) error {
 		r.Restore(ctx, d.claimStatesLocked())
 	}
 	if err := d.refreshInventoryLocked(ctx); err != nil {
+		return ledgerRefusal(err)
+	}
+	return ledgerRefusal(d.recoverLocked(ctx, startUp))
+}
+
+// ledgerRefusal turns an instance ledger that does not decode, which a
+// backend met while discovering or reconciling, into a refusal naming the
+// file. Like a checkpoint in an unknown version it is left as it is and
+// the plugin refuses to serve; unlike a corrupt checkpoint it cannot be
+// rebuilt from the API server, as only the ledger knows which instance a
+// claim got. Other errors are returned as they are.
+func ledgerRefusal(err error) error {
+	var ledger *unreadableLedger
+	var r *refusal
+	if !errors.As(err, &ledger) || errors.As(err, &r) {
 		return err
 	}
-	return d.recoverLocked(ctx, startUp)
+	if errors.Is(ledger, ErrUnknownLedgerVersion) {
+		return &refusal{reason: "LedgerVersionUnknown",
+			err: fmt.Errorf("%w; refusing to serve, making and destroying no instance, until a release that reads it runs", ledger)}
+	}
+	return &refusal{reason: "LedgerCorrupt",
+		err: fmt.Errorf("%w; refusing to serve, making and destroying no instance, until the file is repaired (it cannot be rebuilt: only it knows which instances are the plugin's)", ledger)}
 }
 
 // lockAndSyncLocked takes the instance lock, which excludes the plugin's

@@ -37,6 +37,18 @@ var ErrCorruptLedger = errors.New("corrupt instance ledger")
 // member of a JSON object, which every ledger this release reads lacks.
 var ErrUnknownLedgerVersion = errors.New("instance ledger in an unknown version")
 
+// unreadableLedger is the error of a ledger file that does not decode:
+// it names the file, and wraps ErrCorruptLedger or
+// ErrUnknownLedgerVersion. The driver finds it in what a backend returns
+// at start-up and refuses to serve with a reason of its own.
+type unreadableLedger struct {
+	path string
+	err  error
+}
+
+func (e *unreadableLedger) Error() string { return e.path + ": " + e.err.Error() }
+func (e *unreadableLedger) Unwrap() error { return e.err }
+
 // LedgerInstance is an entry of a ledger: one instance a backend made.
 type LedgerInstance interface {
 	// ClaimUID is the UID of the claim the instance was made for.
@@ -103,7 +115,7 @@ func (f *LedgerFile[T, X]) Load() (*Ledger[T, X], error) {
 	}
 	l, err := f.decode(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", f.path, err)
+		return nil, &unreadableLedger{path: f.path, err: err}
 	}
 	return l, nil
 }
