@@ -265,6 +265,8 @@ func (m *Machine) keepLinkState() error {
 		return err
 	} else if ok {
 		m.Links.Restore(st)
+	} else {
+		saveState(m.Path(linkState), m.Links.Snapshot())
 	}
 	m.Links.OnChange(func(st linkmock.Snapshot) { saveState(m.Path(linkState), st) })
 	return nil
@@ -291,6 +293,9 @@ func readState(path string, v any) (bool, error) {
 func saveState(path string, v any) {
 	raw, err := json.Marshal(v)
 	if err == nil {
+		err = os.MkdirAll(filepath.Dir(path), 0o755)
+	}
+	if err == nil {
 		tmp := path + ".tmp"
 		if err = os.WriteFile(tmp, raw, 0o644); err == nil {
 			err = os.Rename(tmp, path)
@@ -309,6 +314,8 @@ func (m *Machine) keepNVMLState() error {
 		return err
 	} else if ok {
 		m.NVML.Restore(st)
+	} else {
+		saveState(m.Path(nvmlState), m.NVML.State())
 	}
 	m.NVML.OnChange(func(st nvmlmock.State) { saveState(m.Path(nvmlState), st) })
 	return nil

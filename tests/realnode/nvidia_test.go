@@ -2,10 +2,12 @@ package realnode
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -419,4 +421,96 @@ func podStates(pods []corev1.Pod) []string {
 		out = append(out, fmt.Sprintf("%s (uid %s, node %s, %s, %d restarts)", p.Name, p.UID, p.Spec.NodeName, p.Status.Phase, restartCount(&p)))
 	}
 	return out
+}
+
+// TestNVIDIAPluginRestartKeepsMIGOnRealNode: a container using a MIG
+// slice made for its claim keeps it while the plugin's process is killed
+// and restarted; a claim prepared after the restart gets another
+// placement (the GPUs still have the first instance: the simulated GPUs
+// keep their state across plugin restarts as real ones do); when both
+// pods go, no MIG instance is left and the checkpoint holds no claim.
+func TestNVIDIAPluginRestartKeepsMIGOnRealNode(t *testing.T) {
+	e, n := nvidiaNode(t)
+	ctx := context.Background()
+	claimTemplate(t, e, "mig-slice", "nvidia-mig.strata.sh", `device.attributes["nvidia.strata.sh"].profile == "1g.10gb"`)
+	long := func(name string) *corev1.Pod {
+		return createPod(t, e, withClaim(shellPod(name, n.Name(), map[string]string{"main": gpuScript + "; echo seen; sleep 3600"}, "busybox"), "mig-slice", "main"))
+	}
+	state := filepath.Join(n.KubeletDir(), "plugins", nvidia.DriverName, "simulated", "nvml.json")
+	instances := func() []string {
+		raw, err := os.ReadFile(state)
+		if err != nil {
+			t.Fatalf("the simulated GPUs' state: %v", err)
+		}
+		var st struct {
+			GPUs []struct {
+				Instances []struct{ ID, Start, Size uint32 } `json:"instances"`
+			} `json:"gpus"`
+		}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for g, gpu := range st.GPUs {
+			for _, in := range gpu.Instances {
+				out = append(out, fmt.Sprintf("gpu%d/gi%d@%d+%d", g, in.ID, in.Start, in.Size))
+			}
+		}
+		return out
+	}
+	first := long("mig-survivor")
+	if out := runningLog(t, e, first, "main", "seen", 3*time.Minute); len(capNode.FindAllString(out, -1)) != 2 {
+		t.Fatalf("the MIG container sees capability nodes %q, want its instance's two", capNode.FindAllString(out, -1))
+	}
+	before := instances()
+	if len(before) != 1 {
+		t.Fatalf("MIG instances %v with one MIG claim, want one", before)
+	}
+
+	mirror := "strata-nvidia-kubelet-plugin-" + n.Name()
+	restartsBefore := restarts(t, e, "strata-system", mirror)
+	if killed, err := n.KillProcesses("nvidia-kubelet-plugin"); err != nil || killed < 1 {
+		t.Fatalf("killed %d plugin processes (%v)", killed, err)
+	}
+	waitPod(t, e.client, "strata-system", mirror, 2*time.Minute, func(p *corev1.Pod) bool {
+		return restartCount(p) > restartsBefore && p.Status.ContainerStatuses[0].State.Running != nil
+	})
+	second := long("mig-after-restart")
+	runningLog(t, e, second, "main", "seen", 3*time.Minute)
+	after := instances()
+	if len(after) != 2 || !slices.Contains(after, before[0]) {
+		t.Errorf("MIG instances after the restart and a second claim: %v, want %s and one more", after, before[0])
+	}
+	cur, err := e.client.CoreV1().Pods(first.Namespace).Get(ctx, first.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.Status.Phase != corev1.PodRunning || restartCount(cur) != 0 {
+		t.Errorf("the first MIG pod is %s with %d restarts after the plugin restarted", cur.Status.Phase, restartCount(cur))
+	}
+
+	var claims []string
+	for _, p := range []*corev1.Pod{first, second} {
+		claims = append(claims, podClaimUID(t, e, p))
+		if err := e.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkpoint := filepath.Join(n.KubeletDir(), "plugins", nvidia.DriverName, "checkpoint.json")
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		raw, err := os.ReadFile(checkpoint)
+		if err != nil || len(instances()) != 0 {
+			return false, nil
+		}
+		for _, uid := range claims {
+			if strings.Contains(string(raw), uid) || len(specsOf(t, n.CDIDir(), uid)) > 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		raw, _ := os.ReadFile(checkpoint)
+		t.Fatalf("after the MIG pods went: instances %v, checkpoint:\n%s", instances(), raw)
+	}
 }
