@@ -24,6 +24,7 @@ import (
 	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/pci"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // DriverName is the DRA driver name of this backend.
@@ -84,8 +85,13 @@ type npu struct {
 	groups map[int]string
 	// usable is what vNPUs may use of the chip in all, by counter.
 	usable map[string]int64
+	// foreign are the templates of the vNPUs on the chip that the
+	// plugin did not make, as last read.
+	foreign []npusmi.Template
 	// discoverErr is why the last Discover could not read the chip's
-	// vNPU resources; its devices are then published tainted.
+	// vNPU resources (npu-smi failed on it, or timed out on a chip before
+	// it in that publish); its devices are then published tainted, from
+	// what was last read of it.
 	discoverErr error
 }
 
@@ -121,9 +127,9 @@ var (
 )
 
 // New reads the node's chips and their templates. A chip that cannot be
-// read (npu-smi fails on it, or its PCI topology) is left out and logged,
-// and the others are served; New fails when npu-smi cannot list the
-// chips, or can read none of those it lists.
+// read (npu-smi fails on it, or timed out on a chip before it, or its PCI
+// topology) is left out and logged, and the others are served; New fails
+// when npu-smi cannot list the chips, or can read none of those it lists.
 func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.Tool == nil {
 		return nil, errors.New("npu-smi is required")
@@ -145,13 +151,19 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if b.major, err = readMajors(cfg.ProcRoot); err != nil {
 		return nil, err
 	}
-	chips, unreadable, err := cfg.Tool.Chips(ctx)
+	// Reading the chips and then their templates are a pass each
+	// (vendortool.NewPass): a wedged npu-smi costs each one deadline, and
+	// the chips it then did not query are left out. Two, not one, so that
+	// a chip that wedges npu-smi alone leaves out the chips listed after
+	// it but not the templates of those read before it.
+	chips, unreadable, err := cfg.Tool.Chips(vendortool.NewPass(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("npu-smi cannot list the NPUs: %w", err)
 	}
 	for _, u := range unreadable {
 		b.leaveOut(u.Card, u.Chip, u)
 	}
+	templatesPass := vendortool.NewPass(ctx)
 	for _, c := range chips {
 		n := &npu{Chip: c, family: family(c.Name), topology: pci.Topology{NUMANode: -1}}
 		if c.BusID != "" {
@@ -160,7 +172,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 				continue
 			}
 		}
-		if n.templates, err = cfg.Tool.Templates(ctx, c.Card, c.Chip); err != nil {
+		if n.templates, err = cfg.Tool.Templates(templatesPass, c.Card, c.Chip); err != nil {
 			if ctx.Err() != nil {
 				return nil, err
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/strata-sh/strata/drivers/accelerator"
 	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // Device kinds, the "type" attribute.
@@ -75,9 +76,15 @@ func counterSetName(n *npu) string { return npuName(n) }
 // Discover publishes each chip whole and as vNPU slots of every template,
 // all drawing on the chip's counter set. vNPUs that exist and that the
 // plugin did not make (an operator's) hold their share of the counters.
+//
+// It reads the chips in one pass (vendortool.NewPass), under the lock
+// the plugin's liveness is judged by: once npu-smi has timed out on a
+// chip, the chips after it are not queried, and are published as the
+// failing one is.
 func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	ctx = vendortool.NewPass(ctx)
 	l, err := b.ledger.Load()
 	if err != nil {
 		return nil, err
@@ -101,11 +108,11 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 			if usable = n.usable; usable == nil {
 				usable = map[string]int64{counterCores: int64(n.AICores)}
 			}
-			foreign = nil
+			foreign = n.foreign
 		} else {
 			n.discoverErr = nil
 		}
-		n.usable = usable
+		n.usable, n.foreign = usable, foreign
 		total := map[string]resourceapi.Counter{}
 		available := map[string]resourceapi.Counter{}
 		for name, v := range usable {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-sh/strata/drivers/accelerator"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // TaintUnhealthy is the taint on every device of a chip that npu-smi
@@ -36,8 +37,12 @@ func (b *Backend) WatchHealth(ctx context.Context, changed func()) {
 	}, changed)
 }
 
-// probeHealth queries every chip and reports whether any changed.
+// probeHealth queries every chip and reports whether any changed. A
+// round is a pass (vendortool.NewPass): once npu-smi has timed out on a
+// chip, the chips after it are not queried and are tainted ToolError
+// with it.
 func (b *Backend) probeHealth(ctx context.Context) bool {
+	ctx = vendortool.NewPass(ctx)
 	logger := klog.FromContext(ctx)
 	changed := false
 	for _, n := range b.npus { // fixed since New

@@ -30,6 +30,7 @@ import (
 	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
 	"github.com/strata-sh/strata/drivers/pci"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // DriverName is the DRA driver name of this backend.
@@ -92,8 +93,12 @@ type card struct {
 	// memoryBytes is the card's memory rounded down to the memory unit:
 	// what a whole-card claim consumes.
 	memoryBytes int64
+	// smlu is the card's sMLU mode and instances as last read.
+	smlu cnmon.SMLUInfo
 	// discoverErr is why the last Discover could not read the card's
-	// sMLU instances; the card is then published tainted.
+	// sMLU instances (cnmon failed on it, or timed out on a card before
+	// it in that publish); the card is then published tainted, from what
+	// was last read of it.
 	discoverErr error
 }
 
@@ -127,8 +132,8 @@ var (
 )
 
 // New reads the node's cards. A card that cannot be read (cnmon fails on
-// it, or its PCI topology) is left out and logged, and the others are
-// served; New fails when cnmon cannot list the cards, or can read none
+// it, or timed out on a card before it, or its PCI topology) is left out
+// and logged, and the others are served; New fails when cnmon cannot list the cards, or can read none
 // of those it lists.
 func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.Tool == nil {
@@ -160,7 +165,10 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if b.major, err = readMajors(cfg.ProcRoot); err != nil {
 		return nil, err
 	}
-	cards, unreadable, err := cfg.Tool.Cards(ctx)
+	// Reading the cards is a pass (vendortool.NewPass): a wedged cnmon
+	// costs it one deadline, and the cards it then did not query are left
+	// out.
+	cards, unreadable, err := cfg.Tool.Cards(vendortool.NewPass(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("cnmon cannot list the MLUs: %w", err)
 	}

@@ -11,8 +11,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/strata-sh/strata/drivers/accelerator"
-	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // Capacities of a card, consumed by the claims that share it.
@@ -34,9 +34,15 @@ const kindMLU = "mlu"
 // Discover publishes every card as one shared device. Instances on a card
 // that the plugin did not make (an operator's) hold their quota and
 // memory: the card offers only what they leave, and no longer whole.
+//
+// It reads the cards in one pass (vendortool.NewPass), under the lock
+// the plugin's liveness is judged by: once cnmon has timed out on a card,
+// the cards after it are not queried, and are published as the failing
+// one is.
 func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	ctx = vendortool.NewPass(ctx)
 	l, err := b.ledger.Load()
 	if err != nil {
 		return nil, err
@@ -50,14 +56,16 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 		}
 		if err != nil {
 			// One card cnmon cannot read must not take the node's other
-			// cards off the slices: it is published whole and tainted.
+			// cards off the slices: it is published tainted, with the
+			// instances last listed on it (whole if none ever was).
 			if c.discoverErr == nil {
 				klog.FromContext(ctx).Error(err, "Cannot read MLU's sMLU instances, publishing it tainted", "card", c.Index)
 			}
 			c.discoverErr = fmt.Errorf("MLU %d: sMLU instances: %w", c.Index, err)
-			info = cnmon.SMLUInfo{}
+			info = c.smlu
 		} else {
 			c.discoverErr = nil
+			c.smlu = info
 		}
 		vcore, memory := int64(fullVCore), c.memoryBytes
 		for _, in := range info.Instances {

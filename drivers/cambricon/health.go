@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-sh/strata/drivers/accelerator"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // TaintUnhealthy is the taint on a card whose cnmon info reports a
@@ -35,8 +36,12 @@ func (b *Backend) WatchHealth(ctx context.Context, changed func()) {
 	}, changed)
 }
 
-// probeHealth queries every card and reports whether any changed.
+// probeHealth queries every card and reports whether any changed. A
+// round is a pass (vendortool.NewPass): once cnmon has timed out on a
+// card, the cards after it are not queried and are tainted ToolError with
+// it.
 func (b *Backend) probeHealth(ctx context.Context) bool {
+	ctx = vendortool.NewPass(ctx)
 	logger := klog.FromContext(ctx)
 	changed := false
 	for _, c := range b.cards { // fixed since New

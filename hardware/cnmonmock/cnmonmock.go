@@ -87,6 +87,8 @@ type CNMON struct {
 	// prints ("N/A": inline ECC off).
 	memMB int64
 	ecc   string
+	// wedge, if set, holds commands up (Hang).
+	wedge *wedge
 }
 
 // PublishCapabilityNodes makes the fake list each sMLU instance's
@@ -223,6 +225,9 @@ func (n *CNMON) Run(ctx context.Context, args ...string) ([]byte, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.cmds = append(n.cmds, append([]string{}, args...))
+	if err := n.wait(ctx, args); err != nil {
+		return nil, err
+	}
 	out, code := n.dispatch(args)
 	if code != 0 {
 		return []byte(out), &vendortool.ExitError{Tool: "cnmon", Args: append([]string(nil), args...), Code: code}

@@ -43,6 +43,8 @@ type NPUSMI struct {
 	hbmMB int64
 	chips []*chip
 	cmds  [][]string
+	// wedge, if set, holds commands up (Hang).
+	wedge *wedge
 }
 
 type chip struct {
@@ -113,6 +115,9 @@ func (n *NPUSMI) Run(ctx context.Context, args ...string) ([]byte, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.cmds = append(n.cmds, append([]string(nil), args...))
+	if err := n.wait(ctx, args); err != nil {
+		return nil, err
+	}
 	out, code := n.dispatch(args)
 	if code != 0 {
 		return []byte(out), &vendortool.ExitError{Tool: "npu-smi", Args: append([]string(nil), args...), Code: code}

@@ -4,7 +4,9 @@
 // error that carries what the program printed, since these programs
 // report their reasons on stdout. Every call has a deadline: a vendor tool
 // that wedges (a driver stuck in the kernel, a hung management daemon)
-// must not hang the plugin, which runs it while it holds its lock.
+// must not hang the plugin, which runs it while it holds its lock; and a
+// pass over a node's devices (NewPass) stops calling a tool that has
+// timed out, so that the deadlines of its devices do not add up.
 //
 // The fakes of these programs (hardware/npusmimock, hardware/cnmonmock)
 // are Runners too and fail with an ExitError as the programs do. The
@@ -82,11 +84,15 @@ type TimeoutError struct {
 }
 
 func (e *TimeoutError) Error() string {
-	cmd := e.Tool
-	if len(e.Args) > 0 {
-		cmd += " " + strings.Join(e.Args, " ")
+	return fmt.Sprintf("%s: no answer within %s, killed", e.command(), e.Timeout)
+}
+
+// command is the command line that timed out.
+func (e *TimeoutError) command() string {
+	if len(e.Args) == 0 {
+		return e.Tool
 	}
-	return fmt.Sprintf("%s: no answer within %s, killed", cmd, e.Timeout)
+	return e.Tool + " " + strings.Join(e.Args, " ")
 }
 
 // Unwrap makes a TimeoutError a context.DeadlineExceeded for errors.Is.
@@ -129,7 +135,7 @@ func (e Exec) Run(ctx context.Context, args ...string) ([]byte, error) {
 		// and something it started still held its output.
 		return stdout.Bytes(), nil
 	}
-	if ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+	if timedOut(ctx, callCtx) {
 		return stdout.Bytes(), &TimeoutError{Tool: e.Tool, Args: args, Timeout: timeout}
 	}
 	ee := &ExitError{Tool: e.Tool, Args: args, Code: -1, Stderr: strings.TrimSpace(stderr.String()), Err: err}
@@ -140,12 +146,48 @@ func (e Exec) Run(ctx context.Context, args ...string) ([]byte, error) {
 	return stdout.Bytes(), ee
 }
 
+// timedOut says whether a call ended by its own deadline, callCtx's,
+// rather than by its caller giving up, ctx.
+func timedOut(ctx, callCtx context.Context) bool {
+	return ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded)
+}
+
+// Bounded gives the calls of an in-process Runner (a fake of the tool)
+// the deadline Exec gives a program's: the call's context ends at the
+// deadline, and a call that ends then fails with a *TimeoutError, as
+// Exec's does. A fake that models a wedged tool blocks until its context
+// ends, as a program does until it is killed.
+type Bounded struct {
+	Runner Runner
+	// Tool names the program in errors ("npu-smi").
+	Tool string
+	// Timeout bounds one call (0 means DefaultTimeout).
+	Timeout time.Duration
+}
+
+// Run runs the call under its deadline.
+func (b Bounded) Run(ctx context.Context, args ...string) ([]byte, error) {
+	timeout := b.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out, err := b.Runner.Run(callCtx, args...)
+	if err != nil && timedOut(ctx, callCtx) {
+		return out, &TimeoutError{Tool: b.Tool, Args: args, Timeout: timeout}
+	}
+	return out, err
+}
+
 // Failed makes the error of a failed command: it names the command (an
-// ExitError and a TimeoutError do themselves) and quotes what the program printed first.
+// ExitError and a TimeoutError do themselves, and a SkippedError names
+// the call that timed out) and quotes what the program printed first.
 func Failed(tool string, args []string, out []byte, err error) error {
 	var ee *ExitError
 	var te *TimeoutError
-	if !errors.As(err, &ee) && !errors.As(err, &te) {
+	var se *SkippedError
+	if !errors.As(err, &ee) && !errors.As(err, &te) && !errors.As(err, &se) {
 		err = fmt.Errorf("%s %s: %w", tool, strings.Join(args, " "), err)
 	}
 	if fl := FailureText(out); fl != "" {

@@ -102,3 +102,69 @@ func TestExecCallerCancelIsNotTimeout(t *testing.T) {
 		t.Fatalf("run: %v, want a non-timeout error", err)
 	}
 }
+
+// hanging is an in-process tool that does not answer until its caller
+// gives up, and counts the calls it got.
+type hanging struct{ calls int }
+
+func (h *hanging) Run(ctx context.Context, _ ...string) ([]byte, error) {
+	h.calls++
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// Bounded gives an in-process tool Exec's deadline and Exec's error.
+func TestBoundedTimesOutAsExecDoes(t *testing.T) {
+	b := Bounded{Runner: &hanging{}, Tool: "cnmon", Timeout: 50 * time.Millisecond}
+	_, err := b.Run(context.Background(), "info", "-c", "3")
+	var te *TimeoutError
+	if !errors.As(err, &te) || err.Error() != "cnmon info -c 3: no answer within 50ms, killed" {
+		t.Fatalf("run: %v, want a timeout naming the call", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := b.Run(ctx, "info"); err == nil || errors.As(err, &te) {
+		t.Errorf("cancelled caller: %v, want a non-timeout error", err)
+	}
+}
+
+// Once a call of a pass has timed out, the pass's later calls are not
+// made and name the call that timed out; a new pass calls again, and
+// calls outside a pass are never skipped.
+func TestPassSkipsCallsAfterATimeout(t *testing.T) {
+	h := &hanging{}
+	r := Bounded{Runner: h, Tool: "npu-smi", Timeout: 20 * time.Millisecond}
+	ctx := NewPass(context.Background())
+	for i := range 8 {
+		_, err := Call(ctx, r, "info", "-t", "health", "-i", strconv.Itoa(i), "-c", "0")
+		var te *TimeoutError
+		var se *SkippedError
+		switch {
+		case i == 0 && !errors.As(err, &te):
+			t.Fatalf("first call: %v, want a timeout", err)
+		case i > 0 && !errors.As(err, &se):
+			t.Fatalf("call %d: %v, want it skipped", i, err)
+		case i > 0:
+			if want := "npu-smi info -t health -i 0 -c 0 timed out after 20ms; not queried in this pass"; err.Error() != want {
+				t.Errorf("call %d: %q, want %q", i, err, want)
+			}
+			if got := Failed("npu-smi", []string{"info"}, nil, err).Error(); got != err.Error() {
+				t.Errorf("Failed rewrote a skipped call's error to %q", got)
+			}
+		}
+	}
+	if h.calls != 1 {
+		t.Errorf("the tool got %d calls in the pass, want 1", h.calls)
+	}
+	if _, err := Call(NewPass(context.Background()), r, "info"); !errors.As(err, new(*TimeoutError)) {
+		t.Errorf("a new pass: %v, want the tool called again", err)
+	}
+	for range 2 {
+		if _, err := Call(context.Background(), r, "info"); !errors.As(err, new(*TimeoutError)) {
+			t.Errorf("outside a pass: %v, want the tool called", err)
+		}
+	}
+	if h.calls != 4 {
+		t.Errorf("the tool got %d calls in all, want 4", h.calls)
+	}
+}

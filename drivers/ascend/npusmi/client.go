@@ -16,8 +16,12 @@ type Client struct {
 
 // run executes one npu-smi command. On failure the error carries what
 // npu-smi printed, since it reports its reasons on stdout.
+//
+// Within a pass of the caller's (vendortool.NewPass) a command is not run
+// once one of the pass has timed out: it fails with a
+// *vendortool.SkippedError.
 func (c *Client) run(ctx context.Context, args ...string) ([]byte, error) {
-	out, err := c.Runner.Run(ctx, args...)
+	out, err := vendortool.Call(ctx, c.Runner, args...)
 	if err == nil {
 		return out, nil
 	}
@@ -32,8 +36,10 @@ func itoa(n int) string { return strconv.Itoa(n) }
 //
 // A chip that info -m lists but whose own queries fail (a chip fallen off
 // the bus fails every command naming it) is not in chips but in
-// unreadable, so that it does not hide the others. err is a failure of
-// the listing itself (info -m), or ctx ending.
+// unreadable, so that it does not hide the others; within a pass
+// (vendortool.NewPass) so are the chips after one that npu-smi timed out
+// on, which are not queried. err is a failure of the listing itself
+// (info -m), or ctx ending.
 func (c *Client) Chips(ctx context.Context) (chips []Chip, unreadable []*ChipError, err error) {
 	out, err := c.run(ctx, "info", "-m")
 	if err != nil {

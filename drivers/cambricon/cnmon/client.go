@@ -68,8 +68,12 @@ func (c *Client) syntax() SMLUSyntax {
 // run executes one cnmon command. On failure the error carries what cnmon
 // printed, since it reports its reasons on stdout. An output saying a card
 // is "not existed" is an error whatever the exit status.
+//
+// Within a pass of the caller's (vendortool.NewPass) a command is not run
+// once one of the pass has timed out: it fails with a
+// *vendortool.SkippedError.
 func (c *Client) run(ctx context.Context, args ...string) ([]byte, error) {
-	out, err := c.Runner.Run(ctx, args...)
+	out, err := vendortool.Call(ctx, c.Runner, args...)
 	if err == nil {
 		if ne := notExisted(out); ne != "" {
 			return out, fmt.Errorf("cnmon %s: %q", strings.Join(args, " "), ne)
@@ -110,8 +114,10 @@ func (c *Client) Info(ctx context.Context, card int) (Info, error) {
 //
 // A card the table lists whose cnmon info fails or disagrees with the
 // table (a card fallen off the bus fails every command naming it) is not
-// in cards but in unreadable, so that it does not hide the others. err is
-// a failure of the table itself, or ctx ending.
+// in cards but in unreadable, so that it does not hide the others; within
+// a pass (vendortool.NewPass) so are the cards after one that cnmon timed
+// out on, which are not queried. err is a failure of the table itself, or
+// ctx ending.
 func (c *Client) Cards(ctx context.Context) (cards []Card, unreadable []*CardError, err error) {
 	s, err := c.Summary(ctx)
 	if err != nil {
