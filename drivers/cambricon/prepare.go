@@ -215,7 +215,8 @@ func (b *Backend) cardNodes(c *card) []*cdispec.DeviceNode {
 // recorded before cnmon makes it, under the id the driver hands out (the
 // lowest free from 1), so that a crash in between leaves it to be found;
 // a card whose sMLU mode is off is switched on first, and recorded as
-// such.
+// such. A switch that the card does not read back fails before any
+// instance is recorded or made.
 func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, a plugin.AllocatedDevice, c *card, s share) (instance, error) {
 	info, err := b.cfg.Tool.SMLUInfo(ctx, c.Index)
 	if err != nil {
@@ -239,8 +240,8 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, a plu
 				return instance{}, fmt.Errorf("record sMLU mode: %w", err)
 			}
 		}
-		if err := b.cfg.Tool.SetSMLUMode(ctx, c.Index, true); err != nil {
-			return instance{}, fmt.Errorf("MLU %d: switch sMLU mode on: %w", c.Index, err)
+		if err := b.setSMLUModeLocked(ctx, c.Index, true); err != nil {
+			return instance{}, err
 		}
 		klog.FromContext(ctx).V(2).Info("Switched sMLU mode on", "card", c.Index)
 	}
@@ -331,7 +332,7 @@ func (b *Backend) destroy(ctx context.Context, e instance) error {
 
 // switchOffIdle switches sMLU mode off on every card of SMLUOn that
 // holds no instance, so that a whole-card claim finds the card as the
-// driver starts it. A card holding an instance the plugin did not make
+// driver starts it; a card that does not read back off stays in SMLUOn. A card holding an instance the plugin did not make
 // keeps its mode, and so does a card left out at start-up: it cannot be
 // read, and failing on it would fail every claim's unprepare.
 func (b *Backend) switchOffIdle(ctx context.Context, l *ledger) error {
@@ -353,8 +354,8 @@ func (b *Backend) switchOffIdle(ctx context.Context, l *ledger) error {
 			continue
 		}
 		if info.Enabled {
-			if err := b.cfg.Tool.SetSMLUMode(ctx, idx, false); err != nil {
-				errs = append(errs, fmt.Errorf("MLU %d: switch sMLU mode off: %w", idx, err))
+			if err := b.setSMLUModeLocked(ctx, idx, false); err != nil {
+				errs = append(errs, err)
 				keep = append(keep, idx)
 				continue
 			}

@@ -6,7 +6,9 @@
 // other instances leave, sMLU commands on a card whose sMLU mode is off,
 // switching sMLU off while instances exist, destroying an instance the
 // card does not hold, and card indexes the server does not have. It
-// records every command.
+// records every command. A test can make it fail every command on a card
+// (Lose), wedge (Hang) or report mode switches it does not make
+// (IgnoreModeSwitches).
 //
 // An MLU370-X8 board carries two MLU370 chips and cnmon lists each as a
 // card, so a server of eight boards is New(16). The formats and messages
@@ -137,6 +139,10 @@ type card struct {
 	smlu     bool
 	profiles map[int]*profile
 	insts    []*instance // by id
+
+	// ignoreSwitch makes sMLU mode switches report success and change
+	// nothing (IgnoreModeSwitches).
+	ignoreSwitch bool
 }
 
 type profile struct {
@@ -418,7 +424,9 @@ func (n *CNMON) setSMLU(c *card, on bool) (string, int) {
 	if !on && c.smlu && len(c.insts) > 0 {
 		return fmt.Sprintf("Set card %d sMLU mode off failed: Must destroy all instances before sMLU OFF\n", c.index), ExitFailure
 	}
-	c.smlu = on
+	if !c.ignoreSwitch {
+		c.smlu = on
+	}
 	return fmt.Sprintf("Set card %d sMLU mode %s success\n", c.index, word), 0
 }
 

@@ -310,3 +310,45 @@ func TestCommandsAndErrors(t *testing.T) {
 		t.Errorf("instance UUID %s", got)
 	}
 }
+
+// A card that ignores mode switches reports each as a success and keeps
+// its mode, whether set by method or by the fake's command, until it
+// recovers; the other cards switch.
+func TestIgnoredModeSwitch(t *testing.T) {
+	n := newFake(t, 4)
+	if err := n.IgnoreModeSwitches(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, code := run(t, n, "strata-fake ignore-switch -c 2"); code != 0 {
+		t.Fatalf("ignore-switch: exit %d", code)
+	}
+	mode := func(card string) string {
+		out, _ := run(t, n, "smlu -c "+card+" -info")
+		info, err := cnmon.ParseSMLUInfo([]byte(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(info.Enabled)
+	}
+	for _, card := range []string{"1", "2", "3"} {
+		out, code := run(t, n, "set -c "+card+" -smlu on")
+		if code != 0 || out != "Set card "+card+" sMLU mode on success\n" {
+			t.Errorf("switch on card %s: exit %d, %q, want the usual success", card, code, out)
+		}
+	}
+	if got := []string{mode("1"), mode("2"), mode("3")}; !reflect.DeepEqual(got, []string{"false", "false", "true"}) {
+		t.Errorf("sMLU on for cards 1-3: %v, want cards 1 and 2 still off", got)
+	}
+	if err := n.Recover(1); err != nil {
+		t.Fatal(err)
+	}
+	run(t, n, "strata-fake recover -c 2")
+	run(t, n, "set -c 1 -smlu on")
+	run(t, n, "set -c 2 -smlu on")
+	if got := []string{mode("1"), mode("2")}; !reflect.DeepEqual(got, []string{"true", "true"}) {
+		t.Errorf("sMLU on for recovered cards 1-2: %v", got)
+	}
+	if err := n.IgnoreModeSwitches(4); err == nil {
+		t.Error("card 4 of four accepted")
+	}
+}

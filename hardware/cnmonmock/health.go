@@ -11,7 +11,8 @@ import (
 //
 //	cnmon strata-fake fault -c N DEVICE [DRIVER]   Health State of card N
 //	cnmon strata-fake lose -c N                    every command on card N fails
-//	cnmon strata-fake recover -c N                 healthy again
+//	cnmon strata-fake ignore-switch -c N           sMLU mode switches on card N do nothing
+//	cnmon strata-fake recover -c N                 healthy again, switches work
 const FakeCommand = "strata-fake"
 
 // health is the Health State section of cnmon info for a card.
@@ -51,11 +52,41 @@ func (n *CNMON) Lose(card int) error {
 	return codeErr(n.setHealth(card, h))
 }
 
-// Recover makes card healthy again.
+// Recover makes card healthy again, and its sMLU mode switches work
+// again.
 func (n *CNMON) Recover(card int) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return codeErr(n.setHealth(card, healthGood))
+	return codeErr(n.recover(card))
+}
+
+// IgnoreModeSwitches makes "cnmon set -c card -smlu on|off" report
+// success and leave the card's sMLU mode as it is, until Recover. Neither
+// cnmon's documentation nor any public capture says whether cnmon can
+// report a switch it did not make, nor how it would look; NVML documents
+// such a switch for MIG mode (left pending while the GPU is in use). This
+// is the fake's choice of the case a plugin must not trust the exit
+// status in: the usual success message, and no change.
+func (n *CNMON) IgnoreModeSwitches(card int) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return codeErr(n.ignoreSwitches(card))
+}
+
+func (n *CNMON) ignoreSwitches(card int) (string, int) {
+	if card < 0 || card >= len(n.cards) {
+		return notExisted(card)
+	}
+	n.cards[card].ignoreSwitch = true
+	return "", 0
+}
+
+func (n *CNMON) recover(card int) (string, int) {
+	if out, code := n.setHealth(card, healthGood); code != 0 {
+		return out, code
+	}
+	n.cards[card].ignoreSwitch = false
+	return "", 0
 }
 
 func codeErr(out string, code int) error {
@@ -76,7 +107,7 @@ func (n *CNMON) setHealth(card int, h health) (string, int) {
 // fakeCommand runs a FakeCommand line.
 func (n *CNMON) fakeCommand(args []string) (string, int) {
 	if len(args) < 3 || args[1] != "-c" {
-		return fakeError("usage: %s fault|lose|recover -c N [DEVICE [DRIVER]]", FakeCommand)
+		return fakeError("usage: %s fault|lose|ignore-switch|recover -c N [DEVICE [DRIVER]]", FakeCommand)
 	}
 	card, err := strconv.Atoi(args[2])
 	if err != nil {
@@ -93,10 +124,12 @@ func (n *CNMON) fakeCommand(args []string) (string, int) {
 		h := healthGood
 		h.lost = true
 		return n.setHealth(card, h)
+	case args[0] == "ignore-switch" && len(args) == 3:
+		return n.ignoreSwitches(card)
 	case args[0] == "recover" && len(args) == 3:
-		return n.setHealth(card, healthGood)
+		return n.recover(card)
 	}
-	return fakeError("usage: %s fault|lose|recover -c N [DEVICE [DRIVER]]", FakeCommand)
+	return fakeError("usage: %s fault|lose|ignore-switch|recover -c N [DEVICE [DRIVER]]", FakeCommand)
 }
 
 // lostOutput is what the fake prints for a command on a lost card.

@@ -181,7 +181,8 @@ func (c *Client) describe(ctx context.Context, s Summary, sc SummaryCard) (Card,
 // of enabling sMLU). The driver refuses to switch while the card is open
 // ("This card is busy") and to switch off while instances exist ("Must
 // destroy all instances before sMLU OFF"). cnmon's success message is not
-// public: a zero exit is success.
+// public: a zero exit is success here, which only says cnmon took the
+// switch; a caller that needs the mode reads it back (SMLUInfo).
 func (c *Client) SetSMLUMode(ctx context.Context, card int, on bool) error {
 	v := "off"
 	if on {

@@ -5,9 +5,9 @@
 // between calls (package faketool). Like the driver and udev, it lists
 // each sMLU's capability node in sysfs (/sys/dev/char) and makes the node
 // under /dev/cambricon-caps, and removes both with the sMLU.
-// "cnmon strata-fake fault -c N Bad", "... lose -c N" and "... recover -c
-// N" break and mend card N (package cnmonmock), for health tests on a real
-// node.
+// "cnmon strata-fake fault -c N Bad", "... lose -c N", "... ignore-switch
+// -c N" and "... recover -c N" break and mend card N (package cnmonmock),
+// for tests on a real node.
 //
 // Settings ("cnmon.json" beside it): {"devices": 8, "state": FILE,
 // "devRoot": DIR, "devChar": DIR}.
@@ -40,8 +40,8 @@ func main() {
 		},
 		// sMLU mode is switched with "cnmon set", instances made and
 		// removed with "cnmon smlu"; the fake's own "strata-fake
-		// fault|lose|recover -c N" breaks and mends a card, and is kept
-		// with the state.
+		// fault|lose|ignore-switch|recover -c N" breaks and mends a
+		// card, and is kept with the state.
 		Mutating: func(args []string) bool {
 			return len(args) > 0 && (args[0] == "set" || args[0] == "smlu" || args[0] == cnmonmock.FakeCommand)
 		},
