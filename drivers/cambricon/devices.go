@@ -69,7 +69,7 @@ func (b *Backend) Discover(ctx context.Context) (*plugin.Inventory, error) {
 		}
 		vcore, memory := int64(fullVCore), c.memoryBytes
 		for _, in := range info.Instances {
-			if holds(l, c.Index, in.ID) {
+			if holds(l, c.Index, in) {
 				continue
 			}
 			vcore -= int64(in.VCorePercent)

@@ -2,6 +2,7 @@ package cambricon
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -174,5 +176,47 @@ func TestLedgerEntryWithoutClaimIsLeftAlone(t *testing.T) {
 		if c := d.Capacity[CapacityVCore]; d.Name == "mlu-5" && c.Value.Value() != 70 {
 			t.Errorf("mlu-5 offers %d%% beside the entry's instance, want 70", c.Value.Value())
 		}
+	}
+}
+
+// The plugin's sMLU on card 4 goes outside it (an operator destroys it)
+// and an operator makes one of another size, which the driver gives the
+// same id. The ledger's entry is not taken for it: the card is published
+// with what the operator's sMLU leaves, not as free; the next create on
+// the card drops the stale entry, and its claim's unprepare leaves the
+// operator's sMLU alone.
+func TestOperatorSMLUUnderAVanishedEntrysIDHoldsItsShare(t *testing.T) {
+	tl := newTool(t)
+	ctx, b, _ := newBackend(t, tl, t.TempDir())
+	r1, err := b.Prepare(ctx, request("c1", part("mlu-4", "10", "1Gi")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.DestroySMLU(ctx, 4, 1); err != nil {
+		t.Fatal(err)
+	}
+	if in := tl.operatorSMLU(t, 4, 30, 4096); in.ID != 1 {
+		t.Fatalf("the operator's sMLU got id %d, want the vanished one's 1", in.ID)
+	}
+	d := devicesByName(t, ctx, b)["mlu-4"]
+	for name, want := range map[resourceapi.QualifiedName]string{
+		CapacityVCore:   "70/70/1/1",
+		CapacityVMemory: fmt.Sprintf("%d/%d/268435456/268435456", cardMemory-4096<<20, cardMemory-4096<<20),
+	} {
+		if got := capacity(d, name); got != want {
+			t.Errorf("mlu-4 %s %s, want %s: what the operator's sMLU leaves", name, got, want)
+		}
+	}
+	if _, err := b.Prepare(ctx, request("c2", part("mlu-4", "20", "2Gi"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := ledgerClaims(t, b); !slices.Equal(got, []string{"c2:4/2"}) {
+		t.Errorf("ledger %v, want c1's stale entry dropped and c2's", got)
+	}
+	if err := b.Unprepare(ctx, claim("c1"), r1.Devices); err != nil {
+		t.Fatal(err)
+	}
+	if got := tl.instances(t); !slices.Equal(got, []string{"4/1:30p.4096mb", "4/2:20p.2048mb"}) {
+		t.Errorf("sMLUs %v, want the operator's and c2's", got)
 	}
 }

@@ -69,11 +69,24 @@ func newLedger(dir string) *ledgerFile {
 	return plugin.NewLedgerFile[instance, smluModes](filepath.Join(dir, ledgerName))
 }
 
-// holds says whether the plugin made the sMLU id of a card for a claim.
+// is says whether an sMLU that cnmon lists on the entry's card is the
+// one the entry records: its id and its size. An id alone is not enough:
+// the driver hands out the lowest free id, so an sMLU of the plugin that
+// went outside it (an operator destroyed it, a driver reload) can be
+// followed by an operator's under its id. One of the same size under the
+// same id cannot be told apart (cnmon lists nothing else an sMLU was made
+// with); dropping vanished entries whenever the card is listed for a
+// create (createLocked) narrows that to what happens between two of the
+// plugin's operations on the card.
+func (e instance) is(listed cnmon.SMLU) bool {
+	return e.ID == listed.ID && e.VCore == listed.VCorePercent && e.MemoryMB == listed.MemoryMB
+}
+
+// holds says whether the ledger records an sMLU a card lists for a claim.
 // One of an entry without a claim (a hand-edited ledger: the plugin
 // writes none) is not the plugin's to hand out.
-func holds(l *ledger, card, id int) bool {
-	return slices.ContainsFunc(l.Instances, func(e instance) bool { return e.Claim != "" && e.Card == card && e.ID == id })
+func holds(l *ledger, card int, listed cnmon.SMLU) bool {
+	return slices.ContainsFunc(l.Instances, func(e instance) bool { return e.Claim != "" && e.Card == card && e.is(listed) })
 }
 
 // share is what a claim consumes of a card, from its allocation.
@@ -226,12 +239,13 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, a plu
 	if err != nil {
 		return instance{}, err
 	}
-	// An instance of the ledger that the card no longer lists went
-	// outside the plugin (an operator, a driver reload): the driver hands
-	// its id out again, and its entry must not then claim, and its
-	// claim's unprepare destroy, another claim's instance.
+	// An instance of the ledger that the card no longer lists (gone, or
+	// its id now another size's) went outside the plugin (an operator, a
+	// driver reload): the driver hands its id out again, and its entry
+	// must not then claim, and its claim's unprepare destroy, another
+	// claim's instance.
 	l.Instances = slices.DeleteFunc(l.Instances, func(e instance) bool {
-		return e.Card == c.Index && !slices.ContainsFunc(info.Instances, func(in cnmon.SMLU) bool { return in.ID == e.ID })
+		return e.Card == c.Index && !slices.ContainsFunc(info.Instances, e.is)
 	})
 	if !info.Enabled {
 		if !slices.Contains(l.Extra.SMLUOn, c.Index) {
@@ -246,7 +260,8 @@ func (b *Backend) createLocked(ctx context.Context, claim plugin.ClaimRef, a plu
 		klog.FromContext(ctx).V(2).Info("Switched sMLU mode on", "card", c.Index)
 	}
 	id := 1
-	for slices.ContainsFunc(info.Instances, func(in cnmon.SMLU) bool { return in.ID == id }) || holds(l, c.Index, id) {
+	for slices.ContainsFunc(info.Instances, func(in cnmon.SMLU) bool { return in.ID == id }) ||
+		slices.ContainsFunc(l.Instances, func(e instance) bool { return e.Card == c.Index && e.ID == id }) {
 		id++
 	}
 	in := instance{Claim: claim.UID, Device: a.Device, ShareID: a.ShareID, Card: c.Index, ID: id, VCore: int(s.vcore), MemoryMB: s.memory >> 20}
@@ -318,9 +333,7 @@ func (b *Backend) destroy(ctx context.Context, e instance) error {
 	}
 	// Gone already, or the id now belongs to an instance of another size
 	// (ours vanished and someone else got the id): not ours to destroy.
-	if !slices.ContainsFunc(info.Instances, func(in cnmon.SMLU) bool {
-		return in.ID == e.ID && in.VCorePercent == e.VCore && in.MemoryMB == e.MemoryMB
-	}) {
+	if !slices.ContainsFunc(info.Instances, e.is) {
 		return nil
 	}
 	if err := b.cfg.Tool.DestroySMLU(ctx, e.Card, e.ID); err != nil {
