@@ -21,6 +21,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/strata-sh/strata/drivers/nvidia"
+	"github.com/strata-sh/strata/internal/testutil"
 	"github.com/strata-sh/strata/sim"
 	"github.com/strata-sh/strata/sim/apply"
 	"github.com/strata-sh/strata/sim/cluster"
@@ -237,11 +238,17 @@ func readCDISpec(t *testing.T, path string) *cdispec.Spec {
 	return spec
 }
 
+// checkpointPath is where a plugin of a simulated node keeps its
+// checkpoint.
+func (e *env) checkpointPath(nodeName, driver string) string {
+	return filepath.Join(e.node(nodeName).Env.PluginDir(driver), "checkpoint.json")
+}
+
 // checkpointClaims returns the claim UIDs and phases in a plugin's
 // checkpoint file.
 func (e *env) checkpointClaims(nodeName, driver string) map[string]string {
 	e.t.Helper()
-	raw, err := os.ReadFile(filepath.Join(e.node(nodeName).Env.PluginDir(driver), "checkpoint.json"))
+	raw, err := os.ReadFile(e.checkpointPath(nodeName, driver))
 	if err != nil {
 		e.t.Fatalf("read checkpoint: %v", err)
 	}
@@ -260,6 +267,24 @@ func (e *env) checkpointClaims(nodeName, driver string) map[string]string {
 		out[uid] = c.Phase
 	}
 	return out
+}
+
+// preparedClaims returns the claims a plugin's checkpoint records as
+// prepared (or being prepared) on a node, each with the devices and
+// capacity the plugin recorded: what the node holds, including claims
+// already gone from the API server that the kubelet has not yet
+// unprepared.
+func (e *env) preparedClaims(nodeName, driver string) []resourceapi.ResourceClaim {
+	e.t.Helper()
+	raw, err := os.ReadFile(e.checkpointPath(nodeName, driver))
+	if err != nil {
+		e.t.Fatalf("read checkpoint: %v", err)
+	}
+	claims, err := testutil.CheckpointClaims(raw)
+	if err != nil {
+		e.t.Fatalf("checkpoint of %s on %s: %v", driver, nodeName, err)
+	}
+	return claims
 }
 
 // devicesOf returns the devices of a type a driver published for a node.

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -34,14 +33,6 @@ nodeGroups:
   mig: dynamic
 `
 
-// physical is where a published device sits on its GPU.
-type physical struct {
-	gpu         string // node/gpu-N
-	kind        string
-	start, size int64
-	memory      int64 // a GPU's memory
-}
-
 // TestMixedClaimStream creates and deletes claims of every kind (whole
 // GPUs, NVLink pairs, MIG slices, GPU shares) at random, checking all the
 // while that no GPU is handed out twice, and at the end that nothing is
@@ -54,32 +45,7 @@ func TestMixedClaimStream(t *testing.T) {
 	}
 	e := startCluster(t, streamCluster)
 	nodes := []string{"h100-0", "h100-1", "a100-0"}
-	layout := map[string]physical{} // node/device -> where
-	e.eventually(time.Minute, "all devices published", func(context.Context) (bool, error) {
-		for _, n := range nodes {
-			if len(e.devicesOf(n, nvidia.DriverName, "gpu")) != 8 {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	for _, n := range nodes {
-		for _, typ := range []string{"gpu", "mig"} {
-			for name, d := range e.devicesOf(n, nvidia.DriverName, typ) {
-				p := physical{gpu: n + "/" + strings.SplitN(name, "-mig-", 2)[0], kind: typ}
-				if typ == "mig" {
-					p.start, p.size = intAttr(d, "placementStart"), intAttr(d, "placementSize")
-					if p.size < 1 {
-						t.Fatalf("MIG device %s has no placement size", name)
-					}
-				} else {
-					m := d.Capacity["memory"].Value
-					p.memory = m.Value()
-				}
-				layout[n+"/"+name] = p
-			}
-		}
-	}
+	layout := e.streamLayout(nodes)
 
 	templates := []string{"s-whole", "s-pair", "s-mig", "s-share"}
 	e.createTemplate(testutil.MakeClaimSpec().Request("gpu", gpuClass, 1).Template("default", "s-whole"))
@@ -162,37 +128,49 @@ func (e *env) countStarted() int {
 	return len(events.Items)
 }
 
+// streamLayout waits until the nodes have published their NVIDIA
+// devices and maps every one of them to where it sits on its GPU.
+func (e *env) streamLayout(nodes []string) testutil.GPULayout {
+	e.t.Helper()
+	e.eventually(time.Minute, "all devices published", func(context.Context) (bool, error) {
+		for _, n := range nodes {
+			if len(e.devicesOf(n, nvidia.DriverName, "gpu")) != 8 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	published, err := e.client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatalf("list slices: %v", err)
+	}
+	layout := testutil.NVIDIALayout(published.Items, nvidia.DriverName)
+	for name, p := range layout {
+		// A MIG device without its memory slices would collide with nothing.
+		if p.MIG && p.Size < 1 {
+			e.t.Fatalf("MIG device %s has no placement size", name)
+		}
+	}
+	return layout
+}
+
 // checkNoDoubleAllocation checks every allocated claim against the
 // others: a whole GPU excludes everything else on it, MIG placements do
 // not overlap, shares never exceed the GPU.
-func (e *env) checkNoDoubleAllocation(layout map[string]physical) {
+func (e *env) checkNoDoubleAllocation(layout testutil.GPULayout) {
 	e.t.Helper()
-	for _, problem := range e.doubleAllocations(layout, nil) {
+	for _, problem := range e.allocationOverCommits(layout) {
 		e.t.Error(problem)
 	}
 }
 
-// doubleAllocations lists how the allocated claims (those whose UID is in
-// only, when it is set) over-commit a GPU of the layout.
-func (e *env) doubleAllocations(layout map[string]physical, only map[string]bool) []string {
+// allocationOverCommits lists how the claims the API server holds
+// allocated over-commit a GPU of the layout.
+func (e *env) allocationOverCommits(layout testutil.GPULayout) []string {
 	e.t.Helper()
 	claims, err := e.client.ResourceV1().ResourceClaims("default").List(e.ctx, metav1.ListOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var picked []resourceapi.ResourceClaim
-	for _, c := range claims.Items {
-		if only == nil || only[string(c.UID)] {
-			picked = append(picked, c)
-		}
-	}
-	places := testutil.GPULayout{}
-	for k, p := range layout {
-		places[k] = testutil.GPUPlace{GPU: p.gpu, MIG: p.kind == "mig", Start: p.start, Size: p.size, Memory: p.memory}
-	}
-	return testutil.GPUOverCommits(places, picked)
+	return testutil.GPUOverCommits(layout, claims.Items)
 }
-
-// gpuOfDevice names the GPU a device is carved from ("gpu-3" of
-// "gpu-3-mig-1g10gb-0").
-func gpuOfDevice(name string) string { return strings.SplitN(name, "-mig-", 2)[0] }

@@ -46,7 +46,7 @@ func TestTwoSchedulerStream(t *testing.T) {
 		},
 	})
 	nodes := []string{"h100-0", "h100-1", "a100-0"}
-	layout := streamLayout(e, nodes)
+	layout := e.streamLayout(nodes)
 	whole := testutil.MakeClaimSpec().Request("gpu", gpuClass, 1)
 	e.createTemplate(whole.Template("default", "t-whole"))
 	e.createTemplate(testutil.MakeClaimSpec().Request("mig", "nvidia-mig.strata.sh", 1,
@@ -126,13 +126,9 @@ func TestTwoSchedulerStream(t *testing.T) {
 		}
 		if time.Now().After(nextCheck) {
 			stats["checks"]++
-			stats["colliding allocations"] = max(stats["colliding allocations"], len(e.doubleAllocations(layout, nil)))
+			stats["colliding allocations"] = max(stats["colliding allocations"], len(e.allocationOverCommits(layout)))
 			for _, n := range nodes {
-				prepared := map[string]bool{}
-				for uid := range e.checkpointClaims(n, nvidia.DriverName) {
-					prepared[uid] = true
-				}
-				for _, problem := range e.doubleAllocations(layout, prepared) {
+				for _, problem := range testutil.GPUOverCommits(layout, e.preparedClaims(n, nvidia.DriverName)) {
 					t.Errorf("prepared on %s beyond its GPUs: %s", n, problem)
 				}
 			}
@@ -172,33 +168,4 @@ func TestTwoSchedulerStream(t *testing.T) {
 	if stats["pods started"] < 20 {
 		t.Errorf("only %d pods started; the stream did not exercise prepare", stats["pods started"])
 	}
-}
-
-// streamLayout maps every NVIDIA device of the nodes to where it sits.
-func streamLayout(e *env, nodes []string) map[string]physical {
-	e.t.Helper()
-	layout := map[string]physical{}
-	e.eventually(time.Minute, "all devices published", func(context.Context) (bool, error) {
-		for _, n := range nodes {
-			if len(e.devicesOf(n, nvidia.DriverName, "gpu")) != 8 {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	for _, n := range nodes {
-		for _, typ := range []string{"gpu", "mig"} {
-			for name, d := range e.devicesOf(n, nvidia.DriverName, typ) {
-				p := physical{gpu: n + "/" + gpuOfDevice(name), kind: typ}
-				if typ == "mig" {
-					p.start, p.size = intAttr(d, "placementStart"), intAttr(d, "placementSize")
-				} else {
-					m := d.Capacity["memory"].Value
-					p.memory = m.Value()
-				}
-				layout[n+"/"+name] = p
-			}
-		}
-	}
-	return layout
 }
