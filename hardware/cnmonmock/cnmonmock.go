@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strata-sh/strata/hardware/internal/wedge"
 	"github.com/strata-sh/strata/internal/vendortool"
 )
 
@@ -90,7 +91,7 @@ type CNMON struct {
 	memMB int64
 	ecc   string
 	// wedge, if set, holds commands up (Hang).
-	wedge *wedge
+	wedge wedge.Wedge
 }
 
 // PublishCapabilityNodes makes the fake list each sMLU instance's
@@ -188,7 +189,7 @@ func New(cards int, opts ...Option) (*CNMON, error) {
 	if cards < 1 || cards > MaxCards {
 		return nil, fmt.Errorf("cnmonmock: an MLU370-X8 server has 1 to %d cards, not %d", MaxCards, cards)
 	}
-	n := &CNMON{now: RecordedTime, memMB: MemoryMB, ecc: "N/A"}
+	n := &CNMON{now: RecordedTime, memMB: MemoryMB, ecc: "N/A", wedge: wedge.Wedge{DeviceFlag: "-c", FakeCommand: FakeCommand}}
 	for i := 0; i < cards; i++ {
 		c := &card{index: i, busID: busIDs[i], uuid: fmt.Sprintf("%08d-2354-0000-0000-000000000000", 89033010+i),
 			profiles: map[int]*profile{}, health: healthGood}

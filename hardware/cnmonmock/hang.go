@@ -2,35 +2,7 @@ package cnmonmock
 
 import (
 	"context"
-	"slices"
-	"strconv"
 )
-
-// wedge is a hang of the fake: the commands it applies to wait until
-// done is closed.
-type wedge struct {
-	done chan struct{}
-	// cards are the cards whose commands wait; none means every command.
-	cards []int
-}
-
-// applies says whether a command line waits on the wedge: the fake's own
-// commands never do, as the fake program's do not.
-func (w *wedge) applies(args []string) bool {
-	if len(args) > 0 && args[0] == FakeCommand {
-		return false
-	}
-	if len(w.cards) == 0 {
-		return true
-	}
-	for i := 0; i+1 < len(args); i++ {
-		if args[i] == "-c" {
-			card, err := strconv.Atoi(args[i+1])
-			return err == nil && slices.Contains(w.cards, card)
-		}
-	}
-	return false
-}
 
 // Hang makes commands wedge, as cnmon does when the driver is stuck in
 // the kernel: a command is recorded, then does not answer until its
@@ -39,13 +11,10 @@ func (w *wedge) applies(args []string) bool {
 // cards, those naming one of them with -c. The fake program's own
 // "cnmon strata-fake hang DURATION" (hardware/fakebin) wedges every
 // command of the program so.
-func (n *CNMON) Hang(cards ...int) {
+func (n *CNMON) Hang(devices ...int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.wedge != nil {
-		close(n.wedge.done)
-	}
-	n.wedge = &wedge{done: make(chan struct{}), cards: append([]int(nil), cards...)}
+	n.wedge.Hang(devices...)
 }
 
 // Resume ends a Hang: the commands waiting on it are answered, and later
@@ -53,26 +22,11 @@ func (n *CNMON) Hang(cards ...int) {
 func (n *CNMON) Resume() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.wedge != nil {
-		close(n.wedge.done)
-		n.wedge = nil
-	}
+	n.wedge.Resume()
 }
 
-// wait blocks a command the fake is wedged for. The caller holds n.mu,
-// which wait releases while it blocks, so that other commands and the
-// test's look at the fake are not held up.
+// wait blocks a command the fake is wedged for; the caller holds n.mu
+// (package wedge).
 func (n *CNMON) wait(ctx context.Context, args []string) error {
-	w := n.wedge
-	if w == nil || !w.applies(args) {
-		return nil
-	}
-	n.mu.Unlock()
-	defer n.mu.Lock()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-w.done:
-		return nil
-	}
+	return n.wedge.Wait(ctx, args, &n.mu)
 }

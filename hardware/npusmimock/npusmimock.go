@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/strata-sh/strata/hardware/internal/wedge"
 	"github.com/strata-sh/strata/internal/vendortool"
 )
 
@@ -44,7 +45,7 @@ type NPUSMI struct {
 	chips []*chip
 	cmds  [][]string
 	// wedge, if set, holds commands up (Hang).
-	wedge *wedge
+	wedge wedge.Wedge
 }
 
 type chip struct {
@@ -79,7 +80,7 @@ func New(model string, npus int, opts ...Option) (*NPUSMI, error) {
 	if npus < 1 || npus > len(s.busIDs) {
 		return nil, fmt.Errorf("npusmimock: a %s server has 1 to %d NPUs, not %d", model, len(s.busIDs), npus)
 	}
-	n := &NPUSMI{spec: s, hbmMB: s.hbmMB}
+	n := &NPUSMI{spec: s, hbmMB: s.hbmMB, wedge: wedge.Wedge{DeviceFlag: "-i", FakeCommand: FakeCommand}}
 	for i := 0; i < npus; i++ {
 		n.chips = append(n.chips, &chip{card: i, logic: i, phy: i, busID: s.busIDs[i], health: health{status: "OK"}})
 	}
