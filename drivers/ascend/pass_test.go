@@ -220,3 +220,37 @@ func TestNPUSMIWedgedOnEveryChipFailsStartUpAfterOneDeadline(t *testing.T) {
 		t.Errorf("npu-smi calls of the start-up (-want +got):\n%s", diff)
 	}
 }
+
+// TestWedgedNPUSMICostsAnUnprepareOneDeadline: unpreparing a claim of
+// two vNPUs with npu-smi wedged calls it once (the first destroy times
+// out, the second is not tried), keeps both in the ledger, and the retry
+// after npu-smi recovers destroys both.
+func TestWedgedNPUSMICostsAnUnprepareOneDeadline(t *testing.T) {
+	tl := newWedgeableTool(t)
+	ctx, b := newBackend(t, tl, t.TempDir())
+	resp, err := b.Prepare(ctx, request("c1", "npu-2-vir05-1c-16g-0", "npu-3-vir05-1c-16g-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl.mock.ResetCommands()
+	tl.mock.Hang()
+	start := time.Now()
+	err = b.Unprepare(ctx, plugin.ClaimRef{UID: "c1"}, resp.Devices)
+	t.Logf("unprepare of 2 vNPUs with npu-smi wedged, %s deadline: %s", deadline, time.Since(start))
+	if err == nil {
+		t.Fatal("an unprepare whose destroys did not run succeeded")
+	}
+	if got := commandLines(tl.mock.Commands()); len(got) != 1 {
+		t.Errorf("npu-smi calls of the wedged unprepare %q, want one", got)
+	}
+	tl.mock.Resume()
+	if got := tl.all(t); len(got) != 2 {
+		t.Fatalf("vNPUs after the wedged unprepare %v, want both kept", got)
+	}
+	if err := b.Unprepare(ctx, plugin.ClaimRef{UID: "c1"}, resp.Devices); err != nil {
+		t.Fatalf("retry after npu-smi recovered: %v", err)
+	}
+	if got := tl.all(t); len(got) != 0 {
+		t.Errorf("vNPUs after the retry: %v", got)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	configv1alpha1 "github.com/strata-sh/strata/api/config/v1alpha1"
 	"github.com/strata-sh/strata/drivers/ascend/npusmi"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // vNPU ids of a chip: npu-smi takes ids from phyID*16+100 to
@@ -277,6 +278,9 @@ func (b *Backend) Unprepare(ctx context.Context, claim plugin.ClaimRef, devices 
 }
 
 func (b *Backend) unprepareLocked(ctx context.Context, claim plugin.ClaimRef, _ []plugin.PreparedDevice) error {
+	// One pass: a wedged npu-smi costs the claim's vNPUs one deadline, not
+	// one each; those not destroyed stay in the ledger for the retry.
+	ctx = vendortool.NewPass(ctx)
 	return without(b.ledger.Release(claim.UID, b.destroyOwned(ctx, false), nil), errKept)
 }
 
@@ -336,6 +340,7 @@ var errKept = errors.New("ledger entry kept")
 func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	ctx = vendortool.NewPass(ctx)
 	return without(b.ledger.Reconcile(prepared, b.destroyOwned(ctx, true), nil), errKept)
 }
 

@@ -20,6 +20,7 @@ import (
 	configv1alpha1 "github.com/strata-sh/strata/api/config/v1alpha1"
 	"github.com/strata-sh/strata/drivers/cambricon/cnmon"
 	"github.com/strata-sh/strata/drivers/plugin"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // Environment the container runtime and Cambricon's libraries read.
@@ -298,6 +299,9 @@ func (b *Backend) Unprepare(ctx context.Context, claim plugin.ClaimRef, _ []plug
 // fine), then switches sMLU mode off on the cards the plugin switched on
 // that hold no instance.
 func (b *Backend) unprepareLocked(ctx context.Context, claim plugin.ClaimRef) error {
+	// One pass: a wedged cnmon costs the claim's sMLUs one deadline, not
+	// one each; those not destroyed stay in the ledger for the retry.
+	ctx = vendortool.NewPass(ctx)
 	err := b.ledger.Release(claim.UID, b.destroyOwned(ctx, false), func(l *ledger) error { return b.switchOffIdle(ctx, l) })
 	return without(err, errKept)
 }
@@ -391,6 +395,7 @@ var errKept = errors.New("ledger entry kept")
 func (b *Backend) Reconcile(ctx context.Context, prepared []plugin.ClaimState) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	ctx = vendortool.NewPass(ctx)
 	err := b.ledger.Reconcile(prepared, b.destroyOwned(ctx, true), func(l *ledger) error { return b.switchOffIdle(ctx, l) })
 	return without(err, errKept)
 }
