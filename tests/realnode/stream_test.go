@@ -2,7 +2,6 @@ package realnode
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -13,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -201,42 +199,18 @@ func withoutGuards(t *testing.T, e *env) {
 	})
 }
 
-// checkpointClaims reads the claims of a plugin's checkpoint file, each
-// with the devices it holds as the plugin recorded them (pool, device,
-// consumed capacity), as allocated claims: what the node has prepared,
-// whether or not the claim is still in the API server.
+// checkpointClaims reads what a plugin's checkpoint file records, as
+// claims (testutil.CheckpointClaims): every claim in any phase, each
+// device with its share and consumed capacity.
 func checkpointClaims(t *testing.T, path string) []resourcev1.ResourceClaim {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("read the checkpoint: %v", err)
 	}
-	var file struct {
-		Data struct {
-			Claims map[string]struct {
-				Name    string `json:"name"`
-				Devices []struct {
-					Pool             string            `json:"pool"`
-					Device           string            `json:"device"`
-					ConsumedCapacity map[string]string `json:"consumedCapacity"`
-				} `json:"devices"`
-			} `json:"claims"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(raw, &file); err != nil {
+	claims, err := testutil.CheckpointClaims(raw)
+	if err != nil {
 		t.Fatalf("decode %s: %v", path, err)
 	}
-	var out []resourcev1.ResourceClaim
-	for _, c := range file.Data.Claims {
-		claim := resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name}, Status: resourcev1.ResourceClaimStatus{Allocation: &resourcev1.AllocationResult{}}}
-		for _, d := range c.Devices {
-			r := resourcev1.DeviceRequestAllocationResult{Pool: d.Pool, Device: d.Device, ConsumedCapacity: map[resourcev1.QualifiedName]resource.Quantity{}}
-			for k, v := range d.ConsumedCapacity {
-				r.ConsumedCapacity[resourcev1.QualifiedName(k)] = resource.MustParse(v)
-			}
-			claim.Status.Allocation.Devices.Results = append(claim.Status.Allocation.Devices.Results, r)
-		}
-		out = append(out, claim)
-	}
-	return out
+	return claims
 }
