@@ -2,14 +2,16 @@ package nvidia
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // MPSDaemon is the CUDA MPS control daemon of one GPU: its pipe
@@ -98,22 +100,25 @@ func (e ExecMPS) command() []string {
 }
 
 // call sends one command to the daemon whose pipe directory is pipeDir,
-// as a client: "nvidia-cuda-mps-control" with the command on its input.
+// as a client: "nvidia-cuda-mps-control" with the command on its input,
+// MPSCallTimeout at most.
 func (e ExecMPS) call(ctx context.Context, pipeDir, command string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, MPSCallTimeout)
-	defer cancel()
-	c := e.command()
-	cmd := toolCommand(ctx, c[0], c[1:]...)
-	cmd.Env = toolEnv(e.LibraryDir, "CUDA_MPS_PIPE_DIRECTORY="+pipeDir)
-	cmd.Stdin = strings.NewReader(command + "\n")
-	out, err := runTool(cmd)
+	out, err := e.run(ctx, MPSCallTimeout, command+"\n", []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipeDir})
 	if err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("no answer in %s", MPSCallTimeout)
-		}
-		return "", fmt.Errorf("%s: %s: %w: %s", c[0], command, err, strings.TrimSpace(string(out)))
+		return "", fmt.Errorf("%s: %w", command, err)
 	}
 	return string(out), nil
+}
+
+// run runs the control program with input and the extra environment env,
+// bounded by timeout (internal/vendortool: its own process group, killed
+// whole at the deadline).
+func (e ExecMPS) run(ctx context.Context, timeout time.Duration, input string, env []string, args ...string) ([]byte, error) {
+	c := e.command()
+	return vendortool.Exec{
+		Tool: filepath.Base(c[0]), Binary: c[0], Env: append(libraryEnv(e.LibraryDir), env...),
+		Input: input, Timeout: timeout,
+	}.Run(ctx, append(c[1:len(c):len(c)], args...)...)
 }
 
 // answers reports whether the daemon of d answers a harmless query.
@@ -138,13 +143,9 @@ func (e ExecMPS) Ensure(ctx context.Context, gpuUUID, dir string) error {
 	if err := writeMPSDir(d); err != nil {
 		return err
 	}
-	startCtx, cancel := context.WithTimeout(ctx, ToolTimeout)
-	defer cancel()
-	c := e.command()
-	cmd := toolCommand(startCtx, c[0], append(c[1:len(c):len(c)], "-d")...)
-	cmd.Env = toolEnv(e.LibraryDir, "CUDA_VISIBLE_DEVICES="+d.GPU, "CUDA_MPS_PIPE_DIRECTORY="+d.PipeDir(), "CUDA_MPS_LOG_DIRECTORY="+d.LogDir())
-	if out, err := runTool(cmd); err != nil {
-		return fmt.Errorf("%s -d: %w: %s", c[0], err, strings.TrimSpace(string(out)))
+	env := []string{"CUDA_VISIBLE_DEVICES=" + d.GPU, "CUDA_MPS_PIPE_DIRECTORY=" + d.PipeDir(), "CUDA_MPS_LOG_DIRECTORY=" + d.LogDir()}
+	if out, err := e.run(ctx, ToolTimeout, "", env, "-d"); err != nil {
+		return vendortool.Failed(filepath.Base(e.command()[0]), []string{"-d"}, out, err)
 	}
 	return waitAnswer(ctx, d, e.answers, func() string { return "" })
 }
@@ -227,50 +228,32 @@ func ProbeMPSDaemon(ctx context.Context, d MPSDaemon, command []string, libraryD
 }
 
 // ToolTimeout bounds every run of an NVIDIA program (nvidia-smi,
-// nvidia-cuda-mps-control): a wedged one fails the call instead of
-// hanging the plugin with its lock held.
+// nvidia-cuda-mps-control starting a daemon): a wedged one fails the call
+// instead of hanging the plugin with its lock held.
 var ToolTimeout = 30 * time.Second
 
-// toolCommand is an NVIDIA program run in a process group of its own,
-// killed whole when ctx ends: a wedged program and anything it started go,
-// and waiting for its output ends a second later at most.
-func toolCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
-	return cmd
-}
-
-// runTool runs cmd and returns what it printed. A program that exited
-// cleanly but left a child holding its output open (a daemon it started)
-// succeeded: that is what ErrWaitDelay reports then.
-func runTool(cmd *exec.Cmd) ([]byte, error) {
-	out, err := cmd.CombinedOutput()
-	if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success() {
-		err = nil
+// libraryEnv puts the driver's library directory first on the loader's
+// path of an NVIDIA program (the program is the host's, its libraries are
+// under the driver root, not in the plugin's image); nil if unknown.
+func libraryEnv(libraryDir string) []string {
+	if libraryDir == "" {
+		return nil
 	}
-	return out, err
+	path := libraryDir
+	if v := os.Getenv("LD_LIBRARY_PATH"); v != "" {
+		path += ":" + v
+	}
+	return []string{"LD_LIBRARY_PATH=" + path}
 }
 
-// toolEnv is the environment of an NVIDIA program: the plugin's, the
-// driver's library directory on the loader's path (the program is the
-// host's, its libraries are under the driver root, not in the plugin's
-// image), and extra.
+// toolEnv is the whole environment of an NVIDIA program run without
+// internal/vendortool: the plugin's, the driver's libraries (libraryEnv)
+// and extra.
 func toolEnv(libraryDir string, extra ...string) []string {
 	env := os.Environ()
-	if libraryDir != "" {
-		path := libraryDir
-		for i, kv := range env {
-			if v, ok := strings.CutPrefix(kv, "LD_LIBRARY_PATH="); ok {
-				if v != "" {
-					path += ":" + v
-				}
-				env = append(env[:i:i], env[i+1:]...)
-				break
-			}
-		}
-		env = append(env, "LD_LIBRARY_PATH="+path)
+	if lib := libraryEnv(libraryDir); lib != nil {
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "LD_LIBRARY_PATH=") })
+		env = append(env, lib...)
 	}
 	return append(env, extra...)
 }

@@ -2,12 +2,11 @@ package nvidia
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	configv1alpha1 "github.com/strata-sh/strata/api/config/v1alpha1"
+	"github.com/strata-sh/strata/internal/vendortool"
 )
 
 // TimeSliceControl sets the time slice of a GPU: how long a process runs
@@ -36,12 +35,10 @@ func (e ExecTimeSlice) SetTimeSlice(ctx context.Context, gpuUUID string, n int) 
 	if bin == "" {
 		bin = "nvidia-smi"
 	}
-	ctx, cancel := context.WithTimeout(ctx, ToolTimeout)
-	defer cancel()
-	cmd := toolCommand(ctx, bin, "compute-policy", "-i", gpuUUID, "--set-timeslice", strconv.Itoa(n))
-	cmd.Env = toolEnv(e.LibraryDir)
-	if out, err := runTool(cmd); err != nil {
-		return fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(string(out)))
+	args := []string{"compute-policy", "-i", gpuUUID, "--set-timeslice", strconv.Itoa(n)}
+	out, err := vendortool.Exec{Tool: "nvidia-smi", Binary: bin, Env: libraryEnv(e.LibraryDir), Timeout: ToolTimeout}.Run(ctx, args...)
+	if err != nil {
+		return vendortool.Failed("nvidia-smi", args, out, err)
 	}
 	return nil
 }

@@ -104,6 +104,9 @@ type Exec struct {
 	Binary string
 	// Env is added to the plugin's environment for the program only.
 	Env []string
+	// Input, if set, is the program's standard input (commands to a
+	// client such as nvidia-cuda-mps-control).
+	Input string
 	// Timeout bounds one call (0 means DefaultTimeout). When it expires
 	// the program's process group is killed, children it forked
 	// included, and Run returns a *TimeoutError.
@@ -127,6 +130,9 @@ func (e Exec) Run(ctx context.Context, args ...string) ([]byte, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = waitDelay
+	if e.Input != "" {
+		cmd.Stdin = strings.NewReader(e.Input)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
