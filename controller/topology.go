@@ -6,12 +6,15 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	topologyv1alpha1 "github.com/strata-sh/strata/api/topology/v1alpha1"
@@ -36,15 +39,22 @@ type TopologyReconciler struct {
 	client.Client
 }
 
-// SetupWithManager registers the reconciler; any node change re-reads
-// every topology.
+// SetupWithManager registers the reconciler. A node that comes, goes or
+// changes its labels re-reads every topology; the rest of a node's
+// changes (status heartbeats, conditions, taints) place it nowhere else
+// and are not watched.
 func (r *TopologyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("clusternetworktopology").
 		For(&topologyv1alpha1.ClusterNetworkTopology{}).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allTopologies)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allTopologies), builder.WithPredicates(NodePlacementChanged)).
 		Complete(r)
 }
+
+// NodePlacementChanged passes the node events that can change where a
+// node sits in a topology: a node added or deleted, or its labels
+// changed.
+var NodePlacementChanged = predicate.LabelChangedPredicate{}
 
 func (r *TopologyReconciler) allTopologies(ctx context.Context, _ client.Object) []reconcile.Request {
 	var list topologyv1alpha1.ClusterNetworkTopologyList
@@ -69,6 +79,9 @@ func (r *TopologyReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, err
 	}
 	status := BuildTopologyStatus(t.Spec, t.Generation, nodes.Items, t.Status.Conditions)
+	if equality.Semantic.DeepEqual(status, t.Status) {
+		return reconcile.Result{}, nil // written already: nothing to send
+	}
 	t.Status = status
 	if err := r.Status().Update(ctx, &t); err != nil {
 		return reconcile.Result{}, fmt.Errorf("update status of ClusterNetworkTopology %s: %w", t.Name, err)
