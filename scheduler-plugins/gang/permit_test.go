@@ -93,7 +93,7 @@ func newTestPlugin(t *testing.T, pods []*corev1.Pod) (*Plugin, *fakeHandle) {
 	h := &fakeHandle{waiting: map[types.UID]*fakeWaitingPod{}}
 	p := &Plugin{
 		handle: h, pods: corelisters.NewPodLister(idx), podIndex: idx, src: &sources{podGroups: emptyLister{}},
-		status: &statusWriter{updates: make(chan statusUpdate, 16), sent: map[types.UID]metav1.Condition{}, told: map[types.UID]string{}},
+		status: makeStatusWriter(nil, nil, statusRateLimiter()),
 		plans:  map[string]*plan{}, nominations: map[string]*nomination{}, failures: map[string]failure{}, satisfied: map[string]bool{},
 		gen: map[string]uint64{}, waitGen: map[types.UID]uint64{}, allowed: map[types.UID]string{}, sortCache: map[string]sortEntry{},
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
@@ -92,29 +91,4 @@ func fromUnstructured(obj runtime.Object, into any) error {
 		return fmt.Errorf("unexpected %T", obj)
 	}
 	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into)
-}
-
-// setCondition applies a PodGroup status condition unless the group
-// already has it.
-func (s *sources) setCondition(ctx context.Context, pg *schedulingv1alpha1.PodGroup, cond metav1.Condition) error {
-	for _, c := range pg.Status.Conditions {
-		if c.Type == cond.Type && c.Status == cond.Status && c.Reason == cond.Reason && c.Message == cond.Message {
-			return nil
-		}
-	}
-	cond.LastTransitionTime = metav1.Now()
-	cond.ObservedGeneration = pg.Generation
-	condition, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&cond)
-	if err != nil {
-		return err
-	}
-	status := map[string]any{"conditions": []any{condition}}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": schedulingv1alpha1.GroupVersion.String(),
-		"kind":       "PodGroup",
-		"metadata":   map[string]any{"name": pg.Name, "namespace": pg.Namespace},
-		"status":     status,
-	}}
-	_, err = s.dyn.Resource(podGroupsGVR).Namespace(pg.Namespace).ApplyStatus(ctx, pg.Name, u, metav1.ApplyOptions{FieldManager: Name, Force: true})
-	return err
 }

@@ -3,13 +3,18 @@ package gang
 import (
 	"context"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
@@ -23,94 +28,238 @@ const (
 	ReasonInvalidGang       = "InvalidGang"
 )
 
+// statusWorkers is how many PodGroups are written at once. The queue
+// never hands one PodGroup to two workers, so writes of a PodGroup stay
+// in order.
+const statusWorkers = 4
+
 // statusWriter reports gang outcomes on PodGroups without blocking the
 // scheduling cycle: a condition on the PodGroup and an event when the
 // message changes. The scheduler writes only its Scheduled condition;
 // counts and phase are strata-controller's, derived from the pods and
 // this condition, so each status field has one writer.
+//
+// The condition a gang should show is kept per PodGroup identity (the
+// namespace, name and UID: a PodGroup deleted and created again under
+// its name is another key) until it is written: a keyed, rate-limited
+// workqueue carries the keys, so a PodGroup whose state changes while a
+// write is queued or failing is written once, with its latest state. A
+// failed write is retried with backoff; nothing is dropped because the
+// API is slow or down. A state counts as written only once the API
+// server accepted it.
 type statusWriter struct {
 	src      *sources
 	recorder events.EventRecorderLogger
-	updates  chan statusUpdate
+	queue    workqueue.TypedRateLimitingInterface[podGroupKey]
 
 	mu sync.Mutex
-	// sent is the condition last sent per PodGroup: the lister's copy
-	// lags, and deduplicating against it alone drops a change back to a
-	// message the PodGroup showed before.
-	sent map[types.UID]metav1.Condition
+	// desired is the condition each PodGroup should show, and whether
+	// it has been written. The lister's copy lags, and deduplicating
+	// against it alone drops a change back to a message the PodGroup
+	// showed before; an entry stays until its PodGroup is deleted.
+	desired map[podGroupKey]desiredCondition
 	// told is the last message sent per pod of a gang without a PodGroup.
 	told map[types.UID]string
 }
 
-type statusUpdate struct {
-	pg   *schedulingv1alpha1.PodGroup
-	cond metav1.Condition
+// podGroupKey is a PodGroup's identity.
+type podGroupKey struct {
+	namespace, name string
+	uid             types.UID
 }
 
+// desiredCondition is what the scheduler wants a PodGroup to show. With
+// clear set it wants none of its conditions there: a write raced with a
+// recreation of the PodGroup and reached the new one.
+type desiredCondition struct {
+	cond    metav1.Condition
+	clear   bool
+	written bool
+}
+
+func (d desiredCondition) is(c metav1.Condition) bool {
+	return !d.clear && sameCondition(d.cond, c)
+}
+
+func sameCondition(a, b metav1.Condition) bool {
+	return a.Type == b.Type && a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message
+}
+
+func keyOfPodGroup(pg metav1.Object) podGroupKey {
+	return podGroupKey{namespace: pg.GetNamespace(), name: pg.GetName(), uid: pg.GetUID()}
+}
+
+// statusRateLimiter backs off a PodGroup whose writes fail, from 100 ms
+// doubling to 30 s; the scheduler's client limits the rate of all its
+// requests together.
+func statusRateLimiter() workqueue.TypedRateLimiter[podGroupKey] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[podGroupKey](100*time.Millisecond, 30*time.Second)
+}
+
+// newStatusWriter returns a writer whose workers run until ctx ends.
 func newStatusWriter(ctx context.Context, src *sources, recorder events.EventRecorderLogger) *statusWriter {
-	w := &statusWriter{src: src, recorder: recorder, updates: make(chan statusUpdate, 256), sent: map[types.UID]metav1.Condition{}, told: map[types.UID]string{}}
+	w := makeStatusWriter(src, recorder, statusRateLimiter())
+	go w.run(ctx, statusWorkers)
+	return w
+}
+
+// makeStatusWriter returns a writer that queues updates; run writes them.
+func makeStatusWriter(src *sources, recorder events.EventRecorderLogger, limiter workqueue.TypedRateLimiter[podGroupKey]) *statusWriter {
+	w := &statusWriter{src: src, recorder: recorder,
+		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[podGroupKey]{Name: "gang-podgroup-status"}),
+		desired: map[podGroupKey]desiredCondition{}, told: map[types.UID]string{}}
 	if src != nil && src.podGroupInformer != nil {
-		// Forget deleted PodGroups.
+		// Forget deleted PodGroups: a queued write of one finds nothing
+		// to write.
 		_, _ = src.podGroupInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
 			if m, err := meta.Accessor(obj); err == nil {
-				w.mu.Lock()
-				delete(w.sent, m.GetUID())
-				w.mu.Unlock()
+				w.forget(keyOfPodGroup(m))
 			}
 		}})
 	}
-	go w.run(ctx)
 	return w
 }
 
-func (w *statusWriter) run(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case u := <-w.updates:
-			if err := w.src.setCondition(ctx, u.pg, u.cond); err != nil {
-				logger.V(2).Info("Cannot update PodGroup status", "podGroup", klog.KObj(u.pg), "err", err)
+func (w *statusWriter) forget(key podGroupKey) {
+	w.mu.Lock()
+	delete(w.desired, key)
+	w.mu.Unlock()
+	w.queue.Forget(key)
+}
+
+// run writes queued PodGroups with the given number of workers until ctx
+// ends. The queue then shuts down: a worker finishes the write it is in
+// (ctx is done, so it fails fast) and what is still queued is left, as
+// the scheduler is stopping.
+func (w *statusWriter) run(ctx context.Context, workers int) {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for w.processNext(ctx) {
 			}
-		}
+		})
 	}
+	<-ctx.Done()
+	w.queue.ShutDown()
+	wg.Wait()
+}
+
+// processNext writes one queued PodGroup; false once the queue is shut
+// down.
+func (w *statusWriter) processNext(ctx context.Context) bool {
+	key, quit := w.queue.Get()
+	if quit {
+		return false
+	}
+	defer w.queue.Done(key)
+	w.mu.Lock()
+	d, ok := w.desired[key]
+	w.mu.Unlock()
+	if !ok || d.written {
+		w.queue.Forget(key)
+		return true
+	}
+	logger := klog.FromContext(ctx)
+	err := w.write(ctx, key, d)
+	switch {
+	case err == nil:
+		w.queue.Forget(key)
+	case apierrors.IsNotFound(err):
+		logger.V(2).Info("PodGroup is gone; its status is not written", "podGroup", klog.KRef(key.namespace, key.name))
+		w.forget(key)
+	default:
+		logger.V(2).Info("Cannot update PodGroup status; retrying", "podGroup", klog.KRef(key.namespace, key.name), "err", err)
+		w.queue.AddRateLimited(key)
+	}
+	return true
+}
+
+// write applies what key should show, if key is still the PodGroup of
+// its name as far as the informer knows. The informer can lag behind a
+// recreation, so the object the API server answers with is checked too:
+// a write that reached another PodGroup is undone there.
+func (w *statusWriter) write(ctx context.Context, key podGroupKey, d desiredCondition) error {
+	conditions := []any{}
+	if !d.clear {
+		pg := w.src.podGroup(key.namespace, key.name)
+		if pg == nil || pg.UID != key.uid {
+			return apierrors.NewNotFound(podGroupsGVR.GroupResource(), key.name)
+		}
+		cond := d.cond
+		cond.ObservedGeneration = pg.Generation
+		cond.LastTransitionTime = metav1.Now()
+		if old := meta.FindStatusCondition(pg.Status.Conditions, cond.Type); old != nil && old.Status == cond.Status {
+			cond.LastTransitionTime = old.LastTransitionTime
+		}
+		c, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&cond)
+		if err != nil {
+			return err
+		}
+		conditions = append(conditions, c)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": schedulingv1alpha1.GroupVersion.String(),
+		"kind":       "PodGroup",
+		"metadata":   map[string]any{"name": key.name, "namespace": key.namespace},
+		"status":     map[string]any{"conditions": conditions},
+	}}
+	got, err := w.src.dyn.Resource(podGroupsGVR).Namespace(key.namespace).ApplyStatus(ctx, key.name, u, metav1.ApplyOptions{FieldManager: Name, Force: true})
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if got.GetUID() != key.uid {
+		// The PodGroup was recreated between the informer's view and
+		// the write: the new one is written again with its own state,
+		// or with none of ours.
+		delete(w.desired, key)
+		other := keyOfPodGroup(got)
+		o, ok := w.desired[other]
+		if !ok {
+			o = desiredCondition{clear: true}
+		}
+		o.written = false
+		w.desired[other] = o
+		w.queue.Add(other)
+		return nil
+	}
+	if cur, ok := w.desired[key]; ok && cur == d {
+		cur.written = true
+		w.desired[key] = cur
+	}
+	return nil
 }
 
 func (w *statusWriter) send(g *gangSpec, cond metav1.Condition, eventType string) {
 	if g == nil || g.podGroup == nil {
 		return
 	}
-	same := func(c metav1.Condition) bool {
-		return c.Type == cond.Type && c.Status == cond.Status && c.Message == cond.Message
-	}
+	key := keyOfPodGroup(g.podGroup)
 	w.mu.Lock()
-	last, known := w.sent[g.podGroup.UID]
-	if known && same(last) {
+	d, known := w.desired[key]
+	if known && d.is(cond) {
 		w.mu.Unlock()
 		return
 	}
 	if !known {
 		for _, c := range g.podGroup.Status.Conditions {
-			if same(c) {
+			if sameCondition(c, cond) {
 				w.mu.Unlock()
 				return
 			}
 		}
 	}
-	w.sent[g.podGroup.UID] = cond
+	w.desired[key] = desiredCondition{cond: cond}
 	w.mu.Unlock()
+	w.queue.Add(key)
 	ref := &corev1.ObjectReference{APIVersion: schedulingv1alpha1.GroupVersion.String(), Kind: "PodGroup",
 		Namespace: g.podGroup.Namespace, Name: g.podGroup.Name, UID: g.podGroup.UID}
 	if w.recorder != nil {
 		w.recorder.Eventf(ref, nil, eventType, cond.Reason, "Scheduling", "%s", cond.Message)
-	}
-	select {
-	case w.updates <- statusUpdate{pg: g.podGroup, cond: cond}:
-	default: // a later update will carry the news
 	}
 }
 
