@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -153,4 +154,67 @@ func (p *Plugin) activateMembers(logger klog.Logger, key string) {
 	if len(pending) > 0 {
 		p.handle.Activate(logger, pending)
 	}
+}
+
+// incarnation is one life of a gang that reached minMember, for the
+// once-satisfied match policy: its PodGroup and the members that were
+// placed or let go in it. A training operator that restarts a job
+// deletes its pods and creates new ones under the same gang name while
+// the old ones still terminate; the new pods are a new incarnation and
+// must reach minMember again, not be let go one by one on the old one's
+// quorum.
+type incarnation struct {
+	podGroup types.UID
+	pods     sets.Set[types.UID]
+}
+
+// markSatisfied records, under p.mu, that the gang key of g's group
+// reached minMember: its PodGroup and its members bound or let go.
+func (p *Plugin) markSatisfied(g *gangSpec, key string) {
+	spec := g
+	if key != g.key {
+		spec = p.specByKey(key, nil)
+	}
+	inc := &incarnation{pods: sets.New[types.UID]()}
+	if spec.podGroup != nil {
+		inc.podGroup = spec.podGroup.UID
+	}
+	for _, m := range p.members(key) {
+		if m.Spec.NodeName != "" {
+			inc.pods.Insert(m.UID)
+		}
+	}
+	for uid, k := range p.allowed {
+		if k == key {
+			inc.pods.Insert(uid)
+		}
+	}
+	if p.incarnations == nil {
+		p.incarnations = map[string]*incarnation{}
+	}
+	p.satisfied[key] = true
+	p.incarnations[key] = inc
+}
+
+// onceSatisfied reports, under p.mu, whether pod joins a gang that
+// already reached minMember in its current incarnation: the PodGroup is
+// the one that was satisfied and a member of that incarnation is still
+// live (not terminating, not finished). pod then belongs to the
+// incarnation too. A gang whose incarnation ended is forgotten.
+func (p *Plugin) onceSatisfied(g *gangSpec, pod *corev1.Pod) bool {
+	inc := p.incarnations[g.key]
+	if !p.satisfied[g.key] || inc == nil {
+		return false
+	}
+	if inc.podGroup == "" || (g.podGroup != nil && g.podGroup.UID == inc.podGroup) {
+		for _, m := range p.members(g.key) {
+			if inc.pods.Has(m.UID) {
+				inc.pods.Insert(pod.UID)
+				return true
+			}
+		}
+	}
+	delete(p.satisfied, g.key)
+	delete(p.incarnations, g.key)
+	return false
 }
