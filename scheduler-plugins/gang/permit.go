@@ -41,13 +41,18 @@ const ReasonBindFailed = "BindFailed"
 
 // Permit implements fwk.PermitPlugin.
 func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) (*fwk.Status, time.Duration) {
-	g := p.gangOf(pod)
+	g := p.confined(p.gangOf(pod))
 	if g == nil || g.upstream {
 		return nil, 0
 	}
+	if g.err != nil {
+		// The group changed since PreEnqueue (a gang stopped listing
+		// this one): never complete it without that gang.
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, g.err.Error()), 0
+	}
 	logger := klog.FromContext(ctx)
 	p.mu.Lock()
-	if g.matchPolicy == MatchOnceSatisfied && p.onceSatisfied(g, pod) {
+	if g.matchPolicy == MatchOnceSatisfied && p.satisfied[g.key] {
 		p.allowed[pod.UID] = g.key
 		p.mu.Unlock()
 		return nil, 0
@@ -101,7 +106,7 @@ func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 	p.allowed[pod.UID] = g.key
 	p.gen[round]++
 	for _, k := range g.group {
-		p.markSatisfied(g, k)
+		p.satisfied[k] = true
 		delete(p.plans, k)
 		delete(p.nominations, k)
 		delete(p.failures, k)
@@ -135,7 +140,6 @@ func (p *Plugin) forgetGang(key string) {
 	delete(p.plans, key)
 	delete(p.failures, key)
 	delete(p.satisfied, key)
-	delete(p.incarnations, key)
 	delete(p.nominations, key)
 	delete(p.gen, key)
 	p.sortMu.Lock()
@@ -151,7 +155,7 @@ func (p *Plugin) Unreserve(_ context.Context, state fwk.CycleState, pod *corev1.
 		// No plan, no Permit round: nothing to undo.
 		return
 	}
-	g := p.gangOf(pod)
+	g := p.confined(p.gangOf(pod))
 	if g == nil {
 		return
 	}

@@ -61,10 +61,8 @@ type Plugin struct {
 	// PostFilter reports once it knows whether preemption helps.
 	failures map[string]failure
 	// satisfied remembers gangs that reached minMember, for the
-	// once-satisfied match policy, and incarnations which life of each
-	// did (gangs.go).
-	satisfied    map[string]bool
-	incarnations map[string]*incarnation
+	// once-satisfied match policy.
+	satisfied map[string]bool
 	// gen counts, per gang group (its first key), the rounds of waiting
 	// that ended (allowed, released or timed out); waitGen is the round
 	// each waiting member joined. A member rejected in an earlier round
@@ -339,7 +337,7 @@ func (p *Plugin) specVersion(key string) string {
 // Scheduled condition and an event on it, or, for a gang declared on pods
 // alone, an event on the pod.
 func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
-	g := p.gangOf(pod)
+	g := p.confined(p.gangOf(pod))
 	if g == nil || g.upstream {
 		return nil
 	}
@@ -502,7 +500,7 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *corev1.Pod
 // preemption); otherwise nothing is evicted. Pods that are not in a gang
 // are left to the default preemption.
 func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	g := p.gangOf(pod)
+	g := p.confined(p.gangOf(pod))
 	if g == nil || g.upstream {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
