@@ -52,7 +52,7 @@ func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 	}
 	logger := klog.FromContext(ctx)
 	p.mu.Lock()
-	if g.matchPolicy == MatchOnceSatisfied && p.satisfied[g.key] {
+	if g.matchPolicy == MatchOnceSatisfied && p.onceSatisfied(g, pod) {
 		p.allowed[pod.UID] = g.key
 		p.mu.Unlock()
 		return nil, 0
@@ -106,7 +106,7 @@ func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 	p.allowed[pod.UID] = g.key
 	p.gen[round]++
 	for _, k := range g.group {
-		p.satisfied[k] = true
+		p.markSatisfied(g, k)
 		delete(p.plans, k)
 		delete(p.nominations, k)
 		delete(p.failures, k)
@@ -140,6 +140,7 @@ func (p *Plugin) forgetGang(key string) {
 	delete(p.plans, key)
 	delete(p.failures, key)
 	delete(p.satisfied, key)
+	delete(p.incarnations, key)
 	delete(p.nominations, key)
 	delete(p.gen, key)
 	p.sortMu.Lock()

@@ -61,8 +61,10 @@ type Plugin struct {
 	// PostFilter reports once it knows whether preemption helps.
 	failures map[string]failure
 	// satisfied remembers gangs that reached minMember, for the
-	// once-satisfied match policy.
-	satisfied map[string]bool
+	// once-satisfied match policy, and incarnations which life of each
+	// did (gangs.go).
+	satisfied    map[string]bool
+	incarnations map[string]*incarnation
 	// gen counts, per gang group (its first key), the rounds of waiting
 	// that ended (allowed, released or timed out); waitGen is the round
 	// each waiting member joined. A member rejected in an earlier round
