@@ -61,8 +61,8 @@ type Plugin struct {
 	// PostFilter reports once it knows whether preemption helps.
 	failures map[string]failure
 	// satisfied remembers gangs that reached minMember, for the
-	// once-satisfied match policy, and incarnations which life of each
-	// did (gangs.go).
+	// once-satisfied match policy, and incarnations the life of the gang
+	// that did so (its PodGroup UID and members; gangs.go).
 	satisfied    map[string]bool
 	incarnations map[string]*incarnation
 	// gen counts, per gang group (its first key), the rounds of waiting
