@@ -41,14 +41,9 @@ const ReasonBindFailed = "BindFailed"
 
 // Permit implements fwk.PermitPlugin.
 func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) (*fwk.Status, time.Duration) {
-	g := p.confined(p.gangOf(pod))
+	g := p.gangOf(pod)
 	if g == nil || g.upstream {
 		return nil, 0
-	}
-	if g.err != nil {
-		// The group changed since PreEnqueue (a gang stopped listing
-		// this one): never complete it without that gang.
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, g.err.Error()), 0
 	}
 	logger := klog.FromContext(ctx)
 	p.mu.Lock()
@@ -156,7 +151,7 @@ func (p *Plugin) Unreserve(_ context.Context, state fwk.CycleState, pod *corev1.
 		// No plan, no Permit round: nothing to undo.
 		return
 	}
-	g := p.confined(p.gangOf(pod))
+	g := p.gangOf(pod)
 	if g == nil {
 		return
 	}

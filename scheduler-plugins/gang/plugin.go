@@ -339,7 +339,7 @@ func (p *Plugin) specVersion(key string) string {
 // Scheduled condition and an event on it, or, for a gang declared on pods
 // alone, an event on the pod.
 func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
-	g := p.confined(p.gangOf(pod))
+	g := p.gangOf(pod)
 	if g == nil || g.upstream {
 		return nil
 	}
@@ -502,7 +502,7 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *corev1.Pod
 // preemption); otherwise nothing is evicted. Pods that are not in a gang
 // are left to the default preemption.
 func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	g := p.confined(p.gangOf(pod))
+	g := p.gangOf(pod)
 	if g == nil || g.upstream {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
