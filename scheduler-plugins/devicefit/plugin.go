@@ -12,8 +12,17 @@
 // per device per ResourceSlice version, caches the answer, and in Filter
 // counts the node's matching devices that are free: not allocated, or,
 // for a device that allows several allocations, with room left for what
-// the request consumes of each capacity. Its work per pod is bounded by
-// the nodes kube-scheduler searches, not by the cluster.
+// the request consumes of each capacity.
+//
+// Its work per pod is bounded by the nodes kube-scheduler searches, not
+// by the cluster: an index fed by the informers' events
+// (devicecount.Index) holds each node's slices and what claims hold of
+// each device, and the plugin keeps per node and request shape the count
+// of free devices, worked out again only when the node's slices or
+// allocations change (count.go). PreFilter reads the pod's claims, the
+// few slices that are not node-local, and the claims of pods it saw
+// scheduled whose allocation the informer has not delivered yet
+// (inflight.go); Filter reads one node's counts.
 //
 // It never rejects a node the allocator would accept: every condition it
 // checks is necessary for an allocation, and whatever it cannot work out
@@ -50,6 +59,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -70,30 +80,18 @@ type Plugin struct {
 	enabled    bool
 	consumable bool
 	cel        *cel.Cache
-	allocated  *devicecount.Allocated
+	index      *devicecount.Index
 
 	mu sync.RWMutex
 	// matches caches, per ResourceSlice, which of its devices each CEL
 	// expression selects.
 	matches map[string]*sliceMatches
-}
 
-// maxCachedSelections bounds the selections cached per slice.
-const maxCachedSelections = 256
+	// counts holds each node's free-device counts (*nodeCounts), by node
+	// name.
+	counts sync.Map
 
-// sliceMatches is one ResourceSlice version's selector results.
-type sliceMatches struct {
-	uid             types.UID
-	resourceVersion string
-	// byExpr holds, per expression, whether it selects each device, and
-	// byKey whether all of an alternative's expressions do.
-	byExpr map[string][]bool
-	byKey  map[unique.Handle[string]][]bool
-	// idle holds, per capacity request (alternative.capKey), what the
-	// devices offer it when nothing holds them.
-	idle map[unique.Handle[string]]*idleFit
-	// ids are the devices' IDs.
-	ids []structured.DeviceID
+	inFlight inFlight
 }
 
 var (
@@ -115,14 +113,29 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle, fts feature.Featur
 		consumable: fts.EnableDRAConsumableCapacity,
 		cel:        cel.NewCache(64, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity}),
 		matches:    map[string]*sliceMatches{},
+		index:      devicecount.NewIndex(fts.EnableDRAConsumableCapacity),
+		inFlight:   inFlight{claims: map[types.UID]watched{}},
 	}
 	if h != nil {
 		p.dra = h.SharedDRAManager()
 	}
-	if p.dra == nil {
+	if p.dra == nil || !p.enabled {
 		p.enabled = false
-	} else {
-		p.allocated = devicecount.NewAllocated(p.dra, p.consumable)
+		return p, nil
+	}
+	factory := h.SharedInformerFactory()
+	if factory == nil {
+		return nil, fmt.Errorf("%s needs the scheduler's informer factory", Name)
+	}
+	sliceInformer := factory.Resource().V1().ResourceSlices().Informer()
+	if err := p.index.Watch(sliceInformer, factory.Resource().V1().ResourceClaims().Informer()); err != nil {
+		return nil, fmt.Errorf("%s: watch slices and claims: %w", Name, err)
+	}
+	if _, err := sliceInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: p.forgetSlice}); err != nil {
+		return nil, fmt.Errorf("%s: watch slices: %w", Name, err)
+	}
+	if _, err := factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: p.forgetNode}); err != nil {
+		return nil, fmt.Errorf("%s: watch nodes: %w", Name, err)
 	}
 	return p, nil
 }
@@ -171,9 +184,10 @@ type check struct {
 	// unchecked marks the requirements that devices outside node-local
 	// slices could serve: those are not checked.
 	unchecked []bool
-	// local holds each node's node-local slices, newest generation.
-	local     map[string][]*resourceapi.ResourceSlice
-	allocated *devicecount.Snapshot
+	// flying holds the allocations in flight or assumed that the index
+	// does not hold yet, by device, and the nodes of their pools.
+	flying      map[structured.DeviceID][]devicecount.Holder
+	flyingNodes sets.Set[string]
 }
 
 // Clone implements fwk.StateData; preemption clones the state per node.
@@ -188,19 +202,23 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.P
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	logger := klog.FromContext(ctx)
-	reqs, why := p.requirements(pod)
+	if !p.index.Synced() {
+		logger.V(4).Info("Not checking the pod's claims: the device index is not synced yet", "pod", klog.KObj(pod))
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	flying, flyingNodes := p.inFlight.overlay(p.dra, p.index)
+	reqs, unallocated, why := p.requirements(pod)
+	// Watched from now on: the claims this pod may have allocated in
+	// flight by the time the next pod is checked.
+	p.inFlight.watch(unallocated)
 	if len(reqs) == 0 {
 		if why != "" {
 			logger.V(5).Info("Not checking the pod's claims", "pod", klog.KObj(pod), "reason", why)
 		}
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	c, err := p.prepare(ctx, cs, reqs)
-	if err != nil {
-		// The DynamicResources plugin reads the same state and reports.
-		logger.V(4).Info("Not checking the pod's claims", "pod", klog.KObj(pod), "err", err)
-		return nil, fwk.NewStatus(fwk.Skip)
-	}
+	c := p.prepare(ctx, reqs)
+	c.flying, c.flyingNodes = flying, flyingNodes
 	cs.Write(stateKey, &state{check: c, reopened: sets.New[string]()})
 	return nil, nil
 }
@@ -267,6 +285,9 @@ type alternative struct {
 	exprs []string
 	key   unique.Handle[string]
 	count int64
+	// shape names what the alternative's count on a node depends on:
+	// its selectors and capacity requests.
+	shape unique.Handle[string]
 	// requests are the capacities the alternative asks for, in
 	// milli-units; capKey names them.
 	requests map[resourceapi.QualifiedName]int64
@@ -280,36 +301,40 @@ type requirement struct {
 	alts           []alternative
 }
 
-// requirements lists what the pod's unallocated claims need. It returns
-// nothing, and why, when a claim or class cannot be read.
-func (p *Plugin) requirements(pod *corev1.Pod) ([]requirement, string) {
+// requirements lists what the pod's unallocated claims need, and those
+// claims. It returns no requirements, and why, when a claim or class
+// cannot be read.
+func (p *Plugin) requirements(pod *corev1.Pod) ([]requirement, []*resourceapi.ResourceClaim, string) {
 	var out []requirement
+	var unallocated []*resourceapi.ResourceClaim
+	why := ""
 	for i := range pod.Spec.ResourceClaims {
 		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
 		if err != nil {
-			return nil, err.Error()
+			return nil, unallocated, err.Error()
 		}
 		if name == nil {
 			continue
 		}
 		claim, err := p.dra.ResourceClaims().Get(pod.Namespace, *name)
 		if err != nil {
-			return nil, err.Error()
+			return nil, unallocated, err.Error()
 		}
 		if claim.Status.Allocation != nil {
 			continue
 		}
+		unallocated = append(unallocated, claim)
 		for _, r := range claim.Spec.Devices.Requests {
 			req, err := p.requirement(claim.Name, r)
-			if err != nil {
-				return nil, err.Error()
+			if err != nil && why == "" {
+				out, why = nil, err.Error()
 			}
-			if len(req.alts) > 0 {
+			if why == "" && len(req.alts) > 0 {
 				out = append(out, req)
 			}
 		}
 	}
-	return out, ""
+	return out, unallocated, why
 }
 
 // requirement is what one request needs; no alternatives when the
@@ -359,47 +384,33 @@ func (p *Plugin) requirement(claim string, r resourceapi.DeviceRequest) (require
 		} else {
 			alt.capKey = unique.Make("")
 		}
+		alt.shape = unique.Make(alt.key.Value() + "\x01" + alt.capKey.Value())
 		req.alts = append(req.alts, alt)
 	}
 	return req, nil
 }
 
-// prepare reads what Filter needs: the slices by node, the allocated
-// state, and which requirements devices outside node-local slices could
-// serve (those are not checked).
-func (p *Plugin) prepare(ctx context.Context, cs fwk.CycleState, reqs []requirement) (*check, error) {
-	list, err := p.dra.ResourceSlices().ListWithDeviceTaintRules()
-	if err != nil {
-		return nil, fmt.Errorf("list ResourceSlices: %w", err)
-	}
-	allocated, err := devicecount.GatherAllocated(cs, p.allocated)
-	if err != nil {
-		return nil, err
-	}
-	newest := devicecount.NewestGenerations(list)
+// prepare works out which requirements devices outside node-local
+// slices could serve (those are not checked); only those few slices are
+// read.
+func (p *Plugin) prepare(ctx context.Context, reqs []requirement) *check {
 	c := &check{
 		reqs:      reqs,
 		offset:    make([]int, len(reqs)+1),
 		unchecked: make([]bool, len(reqs)),
-		local:     make(map[string][]*resourceapi.ResourceSlice, len(list)),
-		allocated: allocated,
 	}
 	for i, r := range reqs {
 		c.offset[i+1] = c.offset[i] + len(r.alts)
 	}
-
+	view := p.index.Read()
+	wide := view.Wide()
+	view.Done()
+	if len(wide) == 0 {
+		return c
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	current := 0
-	for _, slice := range list {
-		if newest.Stale(slice) {
-			continue
-		}
-		current++
-		if node := ptr.Deref(slice.Spec.NodeName, ""); node != "" && !ptr.Deref(slice.Spec.PerDeviceNodeSelection, false) {
-			c.local[node] = append(c.local[node], slice)
-			continue
-		}
+	for _, slice := range wide {
 		m := p.sliceMatches(slice)
 		for i, r := range reqs {
 			for _, alt := range r.alts {
@@ -410,128 +421,7 @@ func (p *Plugin) prepare(ctx context.Context, cs fwk.CycleState, reqs []requirem
 			}
 		}
 	}
-	if len(p.matches) > 2*current+16 {
-		seen := make(map[string]bool, current)
-		for _, slice := range list {
-			seen[slice.Name] = true
-		}
-		for name := range p.matches {
-			if !seen[name] {
-				delete(p.matches, name)
-			}
-		}
-	}
-	return c, nil
-}
-
-// verdict counts each alternative's free matching devices on a node and
-// returns why the node cannot satisfy some requirement, "" if it can.
-func (p *Plugin) verdict(ctx context.Context, c *check, node string) string {
-	// Filter runs once per node searched: a pod's alternatives usually
-	// fit in these buffers, which stay on the stack.
-	var countBuf [8]int64
-	var pickBuf [8]pick
-	var doneBuf [8]bool
-	n := c.offset[len(c.reqs)]
-	counts, picks, done := countBuf[:0], pickBuf[:0], doneBuf[:0]
-	if n > len(countBuf) {
-		counts, picks = make([]int64, 0, n), make([]pick, 0, n)
-	}
-	if len(c.reqs) > len(doneBuf) {
-		done = make([]bool, 0, len(c.reqs))
-	}
-	counts, picks, done = counts[:n], picks[:n], done[:len(c.reqs)]
-	// A request is done once one of its alternatives has the devices it
-	// asks for; the node passes when every checked request is done, and
-	// the rest of its devices need not be looked at.
-	remaining := 0
-	for i := range c.reqs {
-		done[i] = c.unchecked[i]
-		if !done[i] {
-			remaining++
-		}
-	}
-	for _, slice := range c.local[node] {
-		if remaining == 0 {
-			return ""
-		}
-		ids := p.picks(ctx, c, slice, picks)
-		for i, r := range c.reqs {
-			if done[i] {
-				continue
-			}
-		alternatives:
-			for j, alt := range r.alts {
-				k := c.offset[i] + j
-				sel, idle := picks[k].sel, picks[k].idle
-				for d := range slice.Spec.Devices {
-					if sel[d] && idle.fits[d] && p.free(c.allocated, ids[d], &slice.Spec.Devices[d], idle.needs[d]) {
-						counts[k]++
-						if counts[k] >= alt.count {
-							done[i] = true
-							remaining--
-							break alternatives
-						}
-					}
-				}
-			}
-		}
-	}
-	// The requests not done have every alternative counted in full.
-	for i, r := range c.reqs {
-		if done[i] {
-			continue
-		}
-		var have int64
-		for j := range r.alts {
-			have = max(have, counts[c.offset[i]+j])
-		}
-		return reason(r, have)
-	}
-	return ""
-}
-
-// pick is what a slice offers one alternative: which devices its
-// selectors select, and which could take its capacity requests.
-type pick struct {
-	sel  []bool
-	idle *idleFit
-}
-
-// picks fills in what the slice offers each alternative of the check,
-// from the cache, and returns the slice's device IDs. Filter runs on
-// many nodes at once: a read lock serves the cached case, and only a
-// slice or alternative not seen before takes the write lock.
-func (p *Plugin) picks(ctx context.Context, c *check, slice *resourceapi.ResourceSlice, picks []pick) []structured.DeviceID {
-	p.mu.RLock()
-	if m := p.matches[slice.Name]; m != nil && m.current(slice) {
-		cached := true
-		for i, r := range c.reqs {
-			for j, alt := range r.alts {
-				sel, ok := m.byKey[alt.key]
-				idle, ok2 := m.idle[alt.capKey]
-				if !ok || !ok2 {
-					cached = false
-					break
-				}
-				picks[c.offset[i]+j] = pick{sel, idle}
-			}
-		}
-		if cached {
-			p.mu.RUnlock()
-			return m.ids
-		}
-	}
-	p.mu.RUnlock()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m := p.sliceMatches(slice)
-	for i, r := range c.reqs {
-		for j, alt := range r.alts {
-			picks[c.offset[i]+j] = pick{p.selection(ctx, m, slice, alt), p.idleFits(m, slice, alt)}
-		}
-	}
-	return m.ids
+	return c
 }
 
 func reason(r requirement, have int64) string {
@@ -539,152 +429,4 @@ func reason(r requirement, have int64) string {
 		return fmt.Sprintf("claim %s, request %s: %d free matching devices on the node, needs %d", r.claim, r.request, have, r.alts[0].count)
 	}
 	return fmt.Sprintf("claim %s, request %s: no subrequest finds enough free matching devices on the node (at most %d)", r.claim, r.request, have)
-}
-
-// sliceMatches returns the cache of a slice version. Callers hold p.mu.
-func (p *Plugin) sliceMatches(slice *resourceapi.ResourceSlice) *sliceMatches {
-	m := p.matches[slice.Name]
-	if m == nil || !m.current(slice) {
-		m = &sliceMatches{uid: slice.UID, resourceVersion: slice.ResourceVersion, byExpr: map[string][]bool{}, byKey: map[unique.Handle[string]][]bool{}, idle: map[unique.Handle[string]]*idleFit{}}
-		m.ids = make([]structured.DeviceID, len(slice.Spec.Devices))
-		for i := range slice.Spec.Devices {
-			m.ids[i] = structured.MakeDeviceID(slice.Spec.Driver, slice.Spec.Pool.Name, slice.Spec.Devices[i].Name)
-		}
-		p.matches[slice.Name] = m
-	}
-	return m
-}
-
-// current tells whether the cache is of this version of the slice. A
-// slice without a resourceVersion (a test's) is never cached.
-func (m *sliceMatches) current(slice *resourceapi.ResourceSlice) bool {
-	return m.uid == slice.UID && m.resourceVersion == slice.ResourceVersion && slice.ResourceVersion != ""
-}
-
-// selection tells, per device of the slice, whether all of the
-// alternative's expressions select it. A selector that does not compile
-// or fails on the device is taken to select it: the allocator reports
-// such errors, not this plugin. Callers hold p.mu.
-func (p *Plugin) selection(ctx context.Context, m *sliceMatches, slice *resourceapi.ResourceSlice, alt alternative) []bool {
-	if sel, ok := m.byKey[alt.key]; ok {
-		return sel
-	}
-	sel := make([]bool, len(slice.Spec.Devices))
-	for i := range sel {
-		sel[i] = true
-	}
-	for _, e := range alt.exprs {
-		res, ok := m.byExpr[e]
-		if !ok {
-			res = make([]bool, len(slice.Spec.Devices))
-			compiled := p.cel.GetOrCompile(e)
-			for i := range slice.Spec.Devices {
-				dev := &slice.Spec.Devices[i]
-				if compiled.Error != nil {
-					res[i] = true
-					continue
-				}
-				match, _, err := compiled.DeviceMatches(ctx, cel.Device{Driver: slice.Spec.Driver, AllowMultipleAllocations: dev.AllowMultipleAllocations, Attributes: dev.Attributes, Capacity: dev.Capacity})
-				res[i] = match || err != nil
-			}
-			m.byExpr[e] = res
-		}
-		for i := range sel {
-			sel[i] = sel[i] && res[i]
-		}
-	}
-	if len(m.byKey) >= maxCachedSelections {
-		// Claims with ever new selectors: start over rather than grow.
-		m.byKey, m.byExpr = map[unique.Handle[string]][]bool{}, map[string][]bool{}
-	}
-	m.byKey[alt.key] = sel
-	return sel
-}
-
-// idleFit is what a slice's devices offer an alternative when nothing
-// holds them.
-type idleFit struct {
-	// fits tells, per device, whether it could take the alternative's
-	// capacity requests.
-	fits []bool
-	// needs lists, per device that fits, the capacities the
-	// alternative consumes of it (with consumable capacity on).
-	needs [][]capacityNeed
-}
-
-// capacityNeed is what an alternative consumes of one capacity of a
-// device, and the device's total, in milli-units.
-type capacityNeed struct {
-	name        resourceapi.QualifiedName
-	need, total int64
-}
-
-// idleFits returns what the slice's devices offer the alternative when
-// nothing holds them, worked out once per slice version. Callers hold
-// p.mu.
-func (p *Plugin) idleFits(m *sliceMatches, slice *resourceapi.ResourceSlice, alt alternative) *idleFit {
-	if fit, ok := m.idle[alt.capKey]; ok {
-		return fit
-	}
-	fit := &idleFit{fits: make([]bool, len(slice.Spec.Devices)), needs: make([][]capacityNeed, len(slice.Spec.Devices))}
-	for d := range slice.Spec.Devices {
-		fit.needs[d], fit.fits[d] = p.needs(&slice.Spec.Devices[d], alt)
-	}
-	if len(m.idle) >= maxCachedSelections {
-		m.idle = map[unique.Handle[string]]*idleFit{}
-	}
-	m.idle[alt.capKey] = fit
-	return fit
-}
-
-// needs works out what the alternative consumes of a device with
-// consumable capacity on: every capacity the alternative asks for must
-// be there, and the alternative consumes at least the amount asked
-// (before rounding up to a valid value), else the capacity's default,
-// else all of it, as the allocator counts it. fits is false where the
-// device could not take that even when idle.
-func (p *Plugin) needs(dev *resourceapi.Device, alt alternative) (needs []capacityNeed, fits bool) {
-	if !p.consumable {
-		return nil, true
-	}
-	for name := range alt.requests {
-		if _, ok := dev.Capacity[name]; !ok {
-			// The allocator skips a device without a requested capacity.
-			return nil, false
-		}
-	}
-	for name, c := range dev.Capacity {
-		need, asked := alt.requests[name]
-		switch {
-		case asked:
-			if c.RequestPolicy != nil && c.RequestPolicy.ValidRange != nil && c.RequestPolicy.ValidRange.Min != nil {
-				need = max(need, c.RequestPolicy.ValidRange.Min.MilliValue())
-			}
-		case c.RequestPolicy != nil && c.RequestPolicy.Default != nil:
-			need = c.RequestPolicy.Default.MilliValue()
-		default:
-			need = c.Value.MilliValue()
-		}
-		total := c.Value.MilliValue()
-		if need > total {
-			return nil, false
-		}
-		needs = append(needs, capacityNeed{name: name, need: need, total: total})
-	}
-	return needs, true
-}
-
-// free tells whether a device that fits the alternative when idle can
-// take it now: a device used whole must not be allocated; a shared one
-// must have room left for what the alternative consumes (needs).
-func (p *Plugin) free(allocated *devicecount.Snapshot, id structured.DeviceID, dev *resourceapi.Device, needs []capacityNeed) bool {
-	if !p.consumable || !ptr.Deref(dev.AllowMultipleAllocations, false) {
-		return !allocated.AllocatedDevices.Has(id)
-	}
-	for _, n := range needs {
-		if used, ok := allocated.ConsumedMilli(id, n.name); ok && used+n.need > n.total {
-			return false
-		}
-	}
-	return true
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -14,6 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -93,18 +97,30 @@ func nodeInfos(names ...string) []fwk.NodeInfo {
 
 type handle struct {
 	fwk.Handle
-	dra fwk.SharedDRAManager
+	dra     fwk.SharedDRAManager
+	factory informers.SharedInformerFactory
 }
 
-func (h handle) SharedDRAManager() fwk.SharedDRAManager { return h.dra }
+func (h handle) SharedDRAManager() fwk.SharedDRAManager                 { return h.dra }
+func (h handle) SharedInformerFactory() informers.SharedInformerFactory { return h.factory }
 
-func newPlugin(t testing.TB, dra fwk.SharedDRAManager) *Plugin {
+// newPlugin starts kube-scheduler's DRA manager on objects and the plugin
+// on it, and returns once the plugin's index holds them.
+func newPlugin(t testing.TB, objects ...runtime.Object) (*Plugin, fwk.SharedDRAManager, *fake.Clientset) {
 	t.Helper()
-	p, err := New(t.Context(), nil, handle{dra: dra}, features)
+	dra, client, factory := dct.DRA(t.Context(), t, objects...)
+	p, err := New(t.Context(), nil, handle{dra: dra, factory: factory}, features)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p.(*Plugin)
+	factory.Start(t.Context().Done())
+	pl := p.(*Plugin)
+	if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return pl.index.Synced(), nil
+	}); err != nil {
+		t.Fatalf("the plugin's index did not sync: %v", err)
+	}
+	return pl, dra, client
 }
 
 // verdicts runs PreFilter and Filter on every node, the nodes at once as
@@ -139,14 +155,13 @@ func verdicts(t *testing.T, p *Plugin, pod *corev1.Pod, nodes []fwk.NodeInfo) (m
 }
 
 func TestWholeGPUs(t *testing.T) {
-	ctx := t.Context()
 	pending := testutil.MakeClaimSpec().Request("gpus", gpuClass, 2).Claim("default", "pending")
 	objects := append(classes(),
 		dct.GPUSlice("full", 2), dct.GPUSlice("one-free", 2), dct.GPUSlice("free", 4),
 		dct.Allocate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 2).Claim("default", "a"), "full", 0, 1),
 		dct.Allocate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 1).Claim("default", "b"), "one-free", 1),
 		pending)
-	p := newPlugin(t, dct.DRAManager(ctx, t, objects...))
+	p, _, _ := newPlugin(t, objects...)
 	got, _ := verdicts(t, p, podWith(pending), nodeInfos("full", "one-free", "free", "no-gpus"))
 	for node, wantOK := range map[string]bool{"full": false, "one-free": false, "free": true, "no-gpus": false} {
 		st := got[node]
@@ -165,7 +180,6 @@ func TestWholeGPUs(t *testing.T) {
 }
 
 func TestSharedCapacity(t *testing.T) {
-	ctx := t.Context()
 	objects := append(classes(),
 		sharedSlice("half", 1, "T4"), sharedSlice("t4", 1, "T4"), sharedSlice("a10", 1, "A10"),
 		share("used", "half", 0, "50", "8Gi"))
@@ -187,7 +201,7 @@ func TestSharedCapacity(t *testing.T) {
 			Capacity:  &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"cores": resource.MustParse("10"), "memory": resource.MustParse("1Gi")}}},
 	}}
 	objects = append(objects, fits, tooBig, t4Only, whole, first)
-	p := newPlugin(t, dct.DRAManager(ctx, t, objects...))
+	p, _, _ := newPlugin(t, objects...)
 	nodes := nodeInfos("half", "t4", "a10")
 	for _, tc := range []struct {
 		claim *resourceapi.ResourceClaim
@@ -214,7 +228,6 @@ func TestSharedCapacity(t *testing.T) {
 // Claims the plugin does not check let every node through to the
 // allocator.
 func TestNotChecked(t *testing.T) {
-	ctx := t.Context()
 	all := testutil.MakeClaimSpec().Request("gpus", gpuClass, 1).Claim("default", "all")
 	all.Spec.Devices.Requests[0].Exactly.AllocationMode = resourceapi.DeviceAllocationModeAll
 	admin := testutil.MakeClaimSpec().Request("gpus", gpuClass, 1).Claim("default", "admin")
@@ -226,7 +239,7 @@ func TestNotChecked(t *testing.T) {
 	shared := dct.GPUSlice("fabric", 1)
 	shared.Name, shared.Spec.NodeName, shared.Spec.AllNodes = "fabric-gpus", nil, ptr.To(true)
 	objects := append(classes(), dct.GPUSlice("full", 1), shared, all, admin, done, noClass, network)
-	p := newPlugin(t, dct.DRAManager(ctx, t, objects...))
+	p, _, _ := newPlugin(t, objects...)
 	nodes := nodeInfos("full", "no-gpus")
 	for _, claim := range []*resourceapi.ResourceClaim{all, admin, done, noClass} {
 		if got, _ := verdicts(t, p, podWith(claim), nodes); got != nil {
@@ -255,7 +268,7 @@ func TestRemovePodReopensTheNode(t *testing.T) {
 	victim := dct.Allocate(testutil.MakeClaimSpec().Request("gpus", gpuClass, 1).Claim("default", "victim"), "full", 0)
 	pending := testutil.MakeClaimSpec().Request("gpus", gpuClass, 1).Claim("default", "pending")
 	objects := append(classes(), dct.GPUSlice("full", 1), victim, pending)
-	p := newPlugin(t, dct.DRAManager(ctx, t, objects...))
+	p, _, _ := newPlugin(t, objects...)
 	nodes := nodeInfos("full")
 	pod := podWith(pending)
 	got, cs := verdicts(t, p, pod, nodes)
@@ -350,8 +363,7 @@ func TestNeverRejectsWhatTheAllocatorAccepts(t *testing.T) {
 			pending = append(pending, claim)
 			objects = append(objects, claim)
 		}
-		dra := dct.DRAManager(ctx, t, objects...)
-		p := newPlugin(t, dra)
+		p, dra, _ := newPlugin(t, objects...)
 		allocated, err := dra.ResourceClaims().GatherAllocatedState()
 		if err != nil {
 			t.Fatal(err)
@@ -395,45 +407,54 @@ func allocates(ctx context.Context, t *testing.T, dra fwk.SharedDRAManager, allo
 }
 
 // BenchmarkPreFilter is a pod's PreFilter on the shape of upstream's
-// SchedulingWithResourceClaimTemplate/2000pods_200nodes: 200 nodes of 10
-// GPUs, half of them allocated, one whole-GPU claim to check.
+// SchedulingWithResourceClaimTemplate workloads: nodes of 10 GPUs, half
+// of them allocated, one claim to check (a whole GPU, or a share), at
+// 500 and 5,000 nodes.
 func BenchmarkPreFilter(b *testing.B) {
-	for _, shared := range []bool{false, true} {
-		b.Run(benchName(shared), func(b *testing.B) {
-			p, pod, nodes := benchCluster(b, shared)
-			b.ResetTimer()
-			for range b.N {
-				if _, st := p.PreFilter(b.Context(), framework.NewCycleState(), pod, nodes); !st.IsSuccess() {
-					b.Fatal(st)
-				}
-			}
-		})
-	}
-}
-
-// BenchmarkFilter is a pod's PreFilter and then Filter on each of the
-// 200 nodes of BenchmarkPreFilter, one after the other: the plugin's
-// whole cost for a pod when kube-scheduler searches every node.
-func BenchmarkFilter(b *testing.B) {
-	for _, shared := range []bool{false, true} {
-		b.Run(benchName(shared), func(b *testing.B) {
-			p, pod, nodes := benchCluster(b, shared)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				cs := framework.NewCycleState()
-				if _, st := p.PreFilter(b.Context(), cs, pod, nodes); !st.IsSuccess() {
-					b.Fatal(st)
-				}
-				for _, ni := range nodes {
-					if st := p.Filter(b.Context(), cs, pod, ni); !st.IsSuccess() {
+	for _, nodes := range benchNodes {
+		for _, shared := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%dnodes/%s", nodes, benchName(shared)), func(b *testing.B) {
+				p, pod, nodes := benchCluster(b, shared, nodes)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					if _, st := p.PreFilter(b.Context(), framework.NewCycleState(), pod, nodes); !st.IsSuccess() {
 						b.Fatal(st)
 					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
+
+// BenchmarkFilter is a pod's PreFilter and then Filter on each node of
+// BenchmarkPreFilter, one after the other: the plugin's whole cost for a
+// pod when kube-scheduler searches every node.
+func BenchmarkFilter(b *testing.B) {
+	for _, nodes := range benchNodes {
+		for _, shared := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%dnodes/%s", nodes, benchName(shared)), func(b *testing.B) {
+				p, pod, nodes := benchCluster(b, shared, nodes)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					cs := framework.NewCycleState()
+					if _, st := p.PreFilter(b.Context(), cs, pod, nodes); !st.IsSuccess() {
+						b.Fatal(st)
+					}
+					for _, ni := range nodes {
+						if st := p.Filter(b.Context(), cs, pod, ni); !st.IsSuccess() {
+							b.Fatal(st)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// benchNodes are the cluster sizes of the benchmarks.
+var benchNodes = []int{500, 5000}
 
 func benchName(shared bool) string {
 	if shared {
@@ -442,12 +463,12 @@ func benchName(shared bool) string {
 	return "whole"
 }
 
-// benchCluster makes the benchmarks' 200 nodes of 10 GPUs, five of
-// each node's GPUs held (whole, or a share each), and the pod's claim.
-func benchCluster(b *testing.B, shared bool) (*Plugin, *corev1.Pod, []fwk.NodeInfo) {
+// benchCluster makes the benchmarks' nodes of 10 GPUs, five of each
+// node's GPUs held (whole, or a share each), and the pod's claim.
+func benchCluster(b *testing.B, shared bool, nodes int) (*Plugin, *corev1.Pod, []fwk.NodeInfo) {
 	objects := classes()
 	var names []string
-	for n := range 200 {
+	for n := range nodes {
 		node := fmt.Sprintf("node-%d", n)
 		names = append(names, node)
 		if shared {
@@ -467,6 +488,6 @@ func benchCluster(b *testing.B, shared bool) (*Plugin, *corev1.Pod, []fwk.NodeIn
 		claim = testutil.MakeClaimSpec().Request("gpu", sharedClass, 1).Capacity(map[string]string{"cores": "30", "memory": "4Gi"}).Claim("default", "new")
 	}
 	objects = append(objects, claim)
-	p := newPlugin(b, dct.DRAManager(b.Context(), b, objects...))
+	p, _, _ := newPlugin(b, objects...)
 	return p, podWith(claim), nodeInfos(names...)
 }

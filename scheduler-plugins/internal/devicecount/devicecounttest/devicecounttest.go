@@ -46,6 +46,14 @@ func DRAManager(ctx context.Context, tb testing.TB, objects ...runtime.Object) f
 // tests that change the objects afterwards.
 func DRAManagerAndClient(ctx context.Context, tb testing.TB, objects ...runtime.Object) (fwk.SharedDRAManager, *fake.Clientset) {
 	tb.Helper()
+	m, client, _ := DRA(ctx, tb, objects...)
+	return m, client
+}
+
+// DRA is DRAManagerAndClient, and also returns the informer factory the
+// manager reads, started, for plugins that watch its informers.
+func DRA(ctx context.Context, tb testing.TB, objects ...runtime.Object) (fwk.SharedDRAManager, *fake.Clientset, informers.SharedInformerFactory) {
+	tb.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	client := fake.NewClientset(objects...)
 	factory := informers.NewSharedInformerFactory(client, 0)
@@ -93,7 +101,7 @@ func DRAManagerAndClient(ctx context.Context, tb testing.TB, objects ...runtime.
 	if err != nil {
 		tb.Fatalf("DRA manager did not see %d slices and %d allocated devices: %v", wantSlices, wantDevices, err)
 	}
-	return m, client
+	return m, client, factory
 }
 
 // GPUSlice returns a node-local ResourceSlice with n GPUs named
