@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	topologyv1alpha1 "github.com/strata-sh/strata/api/topology/v1alpha1"
-	"github.com/strata-sh/strata/scheduler-plugins/topology"
+	"github.com/strata-sh/strata/internal/topotree"
 )
 
 // Condition types of ClusterNetworkTopology.
@@ -92,18 +92,18 @@ func (r *TopologyReconciler) Reconcile(ctx context.Context, req reconcile.Reques
 // BuildTopologyStatus computes the status of a topology over nodes.
 func BuildTopologyStatus(spec topologyv1alpha1.ClusterNetworkTopologySpec, generation int64, nodes []corev1.Node, old []metav1.Condition) topologyv1alpha1.ClusterNetworkTopologyStatus {
 	st := topologyv1alpha1.ClusterNetworkTopologyStatus{ObservedGeneration: generation, Conditions: append([]metav1.Condition(nil), old...)}
-	layers, err := topology.Layers(spec)
+	layers, err := topotree.Layers(spec)
 	if err != nil {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionValid, Status: metav1.ConditionFalse, Reason: "InvalidLayers", Message: err.Error(), ObservedGeneration: generation})
 		meta.RemoveStatusCondition(&st.Conditions, ConditionComplete)
 		return st
 	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionValid, Status: metav1.ConditionTrue, Reason: "OneChain", Message: fmt.Sprintf("%d layers above the nodes", len(layers)), ObservedGeneration: generation})
-	in := make([]topology.Node, 0, len(nodes))
+	in := make([]topotree.Node, 0, len(nodes))
 	for _, n := range nodes {
-		in = append(in, topology.Node{Name: n.Name, Labels: n.Labels})
+		in = append(in, topotree.Node{Name: n.Name, Labels: n.Labels})
 	}
-	tree := topology.Build(layers, in)
+	tree := topotree.Build(layers, in)
 	st.LayerCount = int32(len(layers) + 1)
 	for i, l := range layers {
 		st.Layers = append(st.Layers, topologyv1alpha1.LayerStatus{Layer: l.Name, Domains: int32(len(tree.Domains[i]))})

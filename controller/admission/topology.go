@@ -12,11 +12,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	topologyv1alpha1 "github.com/strata-sh/strata/api/topology/v1alpha1"
-	"github.com/strata-sh/strata/scheduler-plugins/topology"
+	"github.com/strata-sh/strata/internal/topotree"
 )
 
 // validateTopology checks that a ClusterNetworkTopology's layers form one
-// chain, as the scheduler and the controller read them (topology.Layers:
+// chain, as the scheduler and the controller read them (topotree.Layers:
 // one top layer, known parents, no duplicate or cycle), and that every
 // labelKey is a label key.
 func validateTopology(_ context.Context, req admission.Request) admission.Response {
@@ -32,7 +32,7 @@ func validateTopology(_ context.Context, req admission.Request) admission.Respon
 func topologyErrors(spec topologyv1alpha1.ClusterNetworkTopologySpec) field.ErrorList {
 	p := field.NewPath("spec", "networkTopologySpec")
 	var errs field.ErrorList
-	if _, err := topology.Layers(spec); err != nil {
+	if _, err := topotree.Layers(spec); err != nil {
 		errs = append(errs, fieldErrors(p, err)...)
 	}
 	for i, l := range spec.NetworkTopologySpec {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
-	"github.com/strata-sh/strata/scheduler-plugins/topology"
+	"github.com/strata-sh/strata/internal/topotree"
 )
 
 // Keys of the gang annotations, without their prefix.
@@ -116,7 +116,7 @@ type Gang struct {
 type Spec struct {
 	// Rules are the gather rules of network-topology-spec; nil when the
 	// annotation is absent or wrong.
-	Rules []topology.Rule
+	Rules []topotree.Rule
 	// Group lists the keys of every gang admitted together, the gang's
 	// own included, sorted.
 	Group []string

@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/strata-sh/strata/scheduler-plugins/topology"
+	"github.com/strata-sh/strata/internal/topotree"
 )
 
 func TestParseReadsEveryKey(t *testing.T) {
@@ -22,7 +22,7 @@ func TestParseReadsEveryKey(t *testing.T) {
 		t.Fatal(errs)
 	}
 	want := Spec{
-		Rules:       []topology.Rule{{Layer: "BlockLayer", Strategy: topology.MustGather, PodCountMultiple: 4}},
+		Rules:       []topotree.Rule{{Layer: "BlockLayer", Strategy: topotree.MustGather, PodCountMultiple: 4}},
 		Group:       []string{"ml/ps", "ml/train", "other/x"},
 		MatchPolicy: MatchOnlyWaiting,
 		Timeout:     5 * time.Minute,

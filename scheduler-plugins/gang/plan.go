@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/strata-sh/strata/internal/topotree"
 	"github.com/strata-sh/strata/scheduler-plugins/topology"
 )
 
@@ -151,7 +152,7 @@ const maxDomainRetries = 4
 // adj simulates evictions (nil: the cluster as it is); probes bound each
 // shape by the Filter plugins; blocked nodes hold room nominated to gangs
 // of higher priority and take no member.
-func (p *Plugin) place(ctx context.Context, g *gangSpec, shapes []*shape, placed map[string]int, nodes []fwk.NodeInfo, tree *topology.Tree, adj *adjustment, probes map[string]*filterProbe, blocked sets.Set[string]) (*placement, error) {
+func (p *Plugin) place(ctx context.Context, g *gangSpec, shapes []*shape, placed map[string]int, nodes []fwk.NodeInfo, tree *topotree.Tree, adj *adjustment, probes map[string]*filterProbe, blocked sets.Set[string]) (*placement, error) {
 	byName := make(map[string]fwk.NodeInfo, len(nodes))
 	for _, ni := range nodes {
 		byName[ni.Node().Name] = ni
@@ -204,8 +205,8 @@ func (p *Plugin) place(ctx context.Context, g *gangSpec, shapes []*shape, placed
 }
 
 // withoutMultiples drops podCountMultiple from rules.
-func withoutMultiples(rules []topology.Rule) []topology.Rule {
-	out := make([]topology.Rule, len(rules))
+func withoutMultiples(rules []topotree.Rule) []topotree.Rule {
+	out := make([]topotree.Rule, len(rules))
 	for i, r := range rules {
 		r.PodCountMultiple = 0
 		out[i] = r
@@ -214,7 +215,7 @@ func withoutMultiples(rules []topology.Rule) []topology.Rule {
 }
 
 // nodesIn lists the nodes of a domain (a node itself on the node layer).
-func nodesIn(tree *topology.Tree, layer, domain string, planned map[string]int) []string {
+func nodesIn(tree *topotree.Tree, layer, domain string, planned map[string]int) []string {
 	i := tree.LayerIndex(layer)
 	if i < 0 || i == len(tree.Layers) {
 		return sortedNodes(planned)
@@ -345,19 +346,19 @@ func (p *Plugin) recentFailure(key string, nodes []fwk.NodeInfo) (failure, bool)
 
 // tree builds the network tree of the candidate nodes from the
 // ClusterNetworkTopology; without one the cluster is flat.
-func (p *Plugin) tree(nodes []fwk.NodeInfo) (*topology.Tree, error) {
-	var layers []topology.Layer
+func (p *Plugin) tree(nodes []fwk.NodeInfo) (*topotree.Tree, error) {
+	var layers []topotree.Layer
 	if t := p.src.topology(); t != nil {
 		var err error
-		if layers, err = topology.Layers(t.Spec); err != nil {
+		if layers, err = topotree.Layers(t.Spec); err != nil {
 			return nil, fmt.Errorf("ClusterNetworkTopology %s: %w", t.Name, err)
 		}
 	}
-	in := make([]topology.Node, 0, len(nodes))
+	in := make([]topotree.Node, 0, len(nodes))
 	for _, ni := range nodes {
 		if n := ni.Node(); n != nil {
-			in = append(in, topology.Node{Name: n.Name, Labels: n.Labels})
+			in = append(in, topotree.Node{Name: n.Name, Labels: n.Labels})
 		}
 	}
-	return topology.Build(layers, in), nil
+	return topotree.Build(layers, in), nil
 }

@@ -11,7 +11,7 @@ import (
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
 	"github.com/strata-sh/strata/internal/gangspec"
-	"github.com/strata-sh/strata/scheduler-plugins/topology"
+	"github.com/strata-sh/strata/internal/topotree"
 )
 
 // Annotations of PodGroups (and, for gangs without a PodGroup, of pods).
@@ -60,7 +60,7 @@ type gangSpec struct {
 	key       string // namespace/name
 	minMember int
 	timeout   time.Duration
-	rules     []topology.Rule
+	rules     []topotree.Rule
 	// group lists the keys of every gang admitted together, self included,
 	// sorted.
 	group       []string

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
-	"github.com/strata-sh/strata/scheduler-plugins/topology"
+	"github.com/strata-sh/strata/internal/topotree"
 )
 
 func podGroup(ann map[string]string) *schedulingv1alpha1.PodGroup {
@@ -32,7 +32,7 @@ func TestSpecFromPodGroupReadsKoordinatorAliases(t *testing.T) {
 	if g.err != nil {
 		t.Fatal(g.err)
 	}
-	want := []topology.Rule{{Layer: "BlockLayer", Strategy: topology.PreferGather, PodCountMultiple: 4}}
+	want := []topotree.Rule{{Layer: "BlockLayer", Strategy: topotree.PreferGather, PodCountMultiple: 4}}
 	if diff := cmp.Diff(want, g.rules); diff != "" {
 		t.Errorf("rules (-want +got):\n%s", diff)
 	}

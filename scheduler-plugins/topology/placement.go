@@ -1,45 +1,28 @@
+// Package topology chooses where the pods of a gang go in the tree of
+// network domains (package topotree): inside the domains its rules ask
+// for, in the tightest of them, across as few nodes as possible. It
+// knows nothing of the scheduler framework; capacities come in as plain
+// numbers.
 package topology
 
 import (
 	"fmt"
-	"sort"
+
+	"github.com/strata-sh/strata/internal/topotree"
 )
-
-// Strategy says how strongly a gang wants to stay inside one domain of a
-// layer.
-type Strategy string
-
-// Gather strategies.
-const (
-	// MustGather: all pods of the gang in one domain of the layer, or none
-	// placed.
-	MustGather Strategy = "MustGather"
-	// PreferGather: one domain of the layer if any can hold the gang,
-	// otherwise spread over as few as possible.
-	PreferGather Strategy = "PreferGather"
-)
-
-// Rule is a gang's requirement for one layer.
-type Rule struct {
-	Layer    string
-	Strategy Strategy
-	// PodCountMultiple, if above 1, makes the number of pods in each
-	// domain of the layer a multiple of it, unless one domain holds the
-	// whole gang.
-	PodCountMultiple int
-}
 
 // Request is what a gang asks of the tree.
 type Request struct {
 	// Pods is the number of members to place now.
 	Pods int
-	// Capacity is how many more members each node can take.
+	// Capacity is how many more members each node can take. Room.Place
+	// does not read it: the room's capacities are used.
 	Capacity map[string]int
 	// Placed counts members already bound or running per node; they pull
 	// new members toward their domains, and a MustGather domain must
 	// contain them.
 	Placed map[string]int
-	Rules  []Rule
+	Rules  []topotree.Rule
 }
 
 // Plan is where the members go.
@@ -80,57 +63,89 @@ func (f *Failure) Error() string {
 	return msg
 }
 
-// placer holds the per-request state of Place.
-type placer struct {
-	t       *Tree
-	req     Request
-	mult    []int      // per layer index, node layer last
-	strat   []Strategy // per layer index
-	capOf   map[*Domain]int
-	placed  map[*Domain]int
-	nodeCap map[string]int
-}
-
 // Place chooses nodes for a gang: inside one domain of every MustGather
 // layer, inside one domain of the lowest PreferGather layer that can hold
-// it, in the tightest such domain (the one with the least spare capacity,
-// then the one whose parent has the least), and across as few nodes as
-// possible. It is linear in the nodes and domains of the tree plus a sort
-// of each layer's candidates.
-func Place(t *Tree, req Request) (*Plan, error) {
-	p := &placer{t: t, req: req, capOf: map[*Domain]int{}, placed: map[*Domain]int{}, nodeCap: map[string]int{}}
+// it, in the tightest such domain (see tightest), and across as few nodes
+// as possible. It reads req.Capacity once to sum it up the tree; a caller
+// that keeps a Room across decisions saves that too (Room.Place).
+func Place(t *topotree.Tree, req Request) (*Plan, error) {
+	p, plan, err := newPlacer(t, req)
+	if p == nil {
+		return plan, err
+	}
+	p.r = borrowRoom(t, req.Capacity)
+	return p.place()
+}
+
+// Place is the package's Place over the room's capacities instead of
+// req.Capacity. It walks the domains that can hold the gang (a subtree
+// whose room is short of the gang is skipped whole) and the nodes of the
+// domains it fills, not every node; only a rule on the node layer
+// compares nodes across the tree.
+func (r *Room) Place(req Request) (*Plan, error) {
+	p, plan, err := newPlacer(r.t, req)
+	if p == nil {
+		return plan, err
+	}
+	p.r = r
+	return p.place()
+}
+
+// placer holds the per-request state of a placement.
+type placer struct {
+	t     *topotree.Tree
+	r     *Room
+	req   Request
+	mult  []int               // per layer index, node layer last
+	strat []topotree.Strategy // per layer index
+	// simple: no podCountMultiple above 1, so a domain's capacity is the
+	// room's sum; otherwise capacities are floored level by level and
+	// memoised in caps.
+	simple  bool
+	caps    map[*topotree.Domain]int
+	cluster int                      // the cluster's capacity; -1 until needed
+	placed  map[*topotree.Domain]int // req.Placed summed up the tree
+	total   int                      // every member of req.Placed
+	spans   map[*topotree.Domain]int
+}
+
+// newPlacer checks the rules; with no pods to place it returns the empty
+// plan and no placer.
+func newPlacer(t *topotree.Tree, req Request) (*placer, *Plan, error) {
 	nodeLayer := len(t.Layers)
+	p := &placer{t: t, req: req, simple: true, cluster: -1}
 	p.mult = make([]int, nodeLayer+1)
-	p.strat = make([]Strategy, nodeLayer+1)
+	p.strat = make([]topotree.Strategy, nodeLayer+1)
 	for i := range p.mult {
 		p.mult[i] = 1
 	}
 	for _, r := range req.Rules {
 		i := t.LayerIndex(r.Layer)
 		if i < 0 {
-			return nil, fmt.Errorf("layer %q is not a layer of the cluster network topology", r.Layer)
+			return nil, nil, fmt.Errorf("layer %q is not a layer of the cluster network topology", r.Layer)
 		}
-		if r.Strategy != MustGather && r.Strategy != PreferGather {
-			return nil, fmt.Errorf("layer %s: strategy %q is neither %s nor %s", r.Layer, r.Strategy, MustGather, PreferGather)
+		if r.Strategy != topotree.MustGather && r.Strategy != topotree.PreferGather {
+			return nil, nil, fmt.Errorf("layer %s: strategy %q is neither %s nor %s", r.Layer, r.Strategy, topotree.MustGather, topotree.PreferGather)
 		}
 		p.strat[i] = r.Strategy
 		if r.PodCountMultiple > 1 {
 			p.mult[i] = r.PodCountMultiple
+			p.simple = false
 		}
 	}
 	if req.Pods <= 0 {
-		return &Plan{Nodes: map[string]int{}}, nil
+		return nil, &Plan{Nodes: map[string]int{}}, nil
 	}
-	for n, c := range req.Capacity {
-		if len(t.Layers) > 0 && t.Leaf[n] == nil {
-			continue // not in the tree
+	p.caps = map[*topotree.Domain]int{}
+	p.spans = map[*topotree.Domain]int{}
+	p.placed = map[*topotree.Domain]int{}
+	for n, v := range req.Placed {
+		p.total += v
+		for d := t.Leaf[n]; d != nil; d = d.Parent {
+			p.placed[d] += v
 		}
-		p.nodeCap[n] = floorTo(c, p.mult[nodeLayer])
 	}
-	for _, r := range t.Roots {
-		p.aggregate(r)
-	}
-	return p.place()
+	return p, nil, nil
 }
 
 func floorTo(v, m int) int {
@@ -140,41 +155,77 @@ func floorTo(v, m int) int {
 	return v / m * m
 }
 
-func (p *placer) aggregate(d *Domain) int {
-	c, pl := 0, 0
-	for _, n := range d.Nodes {
-		c += p.nodeCap[n]
-		pl += p.req.Placed[n]
+// capOf is how many members fit below d: the room of its nodes floored
+// to the node layer's multiple, summed and floored layer by layer.
+func (p *placer) capOf(d *topotree.Domain) int {
+	if p.simple {
+		return p.r.sum[d.Index]
+	}
+	if c, ok := p.caps[d]; ok {
+		return c
+	}
+	c := 0
+	if len(d.Children) == 0 {
+		c = histRoom(p.r.hist[d.Index], p.mult[len(p.t.Layers)])
 	}
 	for _, ch := range d.Children {
-		c += p.aggregate(ch)
-		pl += p.placed[ch]
+		c += p.capOf(ch)
 	}
 	c = floorTo(c, p.mult[d.Layer])
-	p.capOf[d] = c
-	p.placed[d] = pl
+	p.caps[d] = c
+	return c
+}
+
+func (p *placer) clusterCap() int {
+	if p.cluster >= 0 {
+		return p.cluster
+	}
+	c := 0
+	switch {
+	case len(p.t.Layers) == 0:
+		c = histRoom(p.r.all, p.mult[0])
+	default:
+		for _, r := range p.t.Roots {
+			c += p.capOf(r)
+		}
+	}
+	p.cluster = c
 	return c
 }
 
 // scope is a part of the cluster: a domain, or the cluster (d == nil).
 type scope struct {
-	d   *Domain
+	d   *topotree.Domain
 	cap int
 }
 
-func (p *placer) clusterCap() int {
-	if len(p.t.Layers) == 0 {
-		c := 0
-		for _, v := range p.nodeCap {
-			c += v
+// search returns the domains of a layer below from (nil: the roots)
+// that hold need members. A subtree whose room is short of need is
+// skipped whole: flooring only ever lowers a capacity below the room.
+func (p *placer) search(from []*topotree.Domain, layer, need int) []scope {
+	if from == nil {
+		from = p.t.Roots
+	}
+	var out []scope
+	var walk func(*topotree.Domain)
+	walk = func(d *topotree.Domain) {
+		if p.r.sum[d.Index] < need {
+			return
 		}
-		return c
+		if d.Layer == layer {
+			if c := p.capOf(d); c >= need {
+				out = append(out, scope{d: d, cap: c})
+			}
+			return
+		}
+		for _, ch := range d.Children {
+			walk(ch)
+		}
 	}
-	c := 0
-	for _, r := range p.t.Roots {
-		c += p.capOf[r]
+	for _, d := range from {
+		walk(d)
 	}
-	return c
+	return out
 }
 
 func (p *placer) place() (*Plan, error) {
@@ -182,7 +233,7 @@ func (p *placer) place() (*Plan, error) {
 	nodeLayer := len(p.t.Layers)
 	must := -1
 	for i := nodeLayer; i >= 0; i-- {
-		if p.strat[i] == MustGather {
+		if p.strat[i] == topotree.MustGather {
 			must = i
 			break
 		}
@@ -192,41 +243,11 @@ func (p *placer) place() (*Plan, error) {
 	if must == nodeLayer {
 		return p.onOneNode(need)
 	}
-	var scopes []scope
-	if must < 0 {
-		scopes = []scope{{cap: p.clusterCap()}}
-	} else {
-		for _, d := range p.t.Domains[must] {
-			scopes = append(scopes, scope{d: d, cap: p.capOf[d]})
-		}
-		if p.totalPlaced() > 0 {
-			scopes = p.withPlaced(scopes)
-			if len(scopes) == 0 {
-				return nil, &Failure{Layer: p.t.Layers[must].Name, Need: need, Detail: "members already placed span several domains"}
-			}
-		}
-	}
-	feasible := scopes[:0:0]
-	best := scope{cap: -1}
-	for _, s := range scopes {
-		if s.cap >= need {
-			feasible = append(feasible, s)
-		}
-		if s.cap > best.cap || (s.cap == best.cap && s.d != nil && best.d != nil && s.d.Name < best.d.Name) {
-			best = s
-		}
-	}
-	if len(feasible) == 0 {
-		f := &Failure{Need: need, Fit: max(best.cap, 0)}
-		if must >= 0 {
-			f.Layer = p.t.Layers[must].Name
-			if best.d != nil {
-				f.Domain = best.d.Name
-			}
-		}
+	feasible, f := p.scopes(must, need)
+	if f != nil {
 		return nil, f
 	}
-	if p.strat[nodeLayer] == PreferGather {
+	if p.strat[nodeLayer] == topotree.PreferGather {
 		if plan, err := p.onOneNode(need); err == nil && p.inScopes(plan, feasible) {
 			return plan, nil
 		}
@@ -242,173 +263,72 @@ func (p *placer) place() (*Plan, error) {
 	return plan, nil
 }
 
+// scopes returns the scopes of layer must (the cluster if must < 0) that
+// hold need members, or why there are none: the scope that came closest.
+// With members already placed, only a scope holding all of them counts.
+func (p *placer) scopes(must, need int) ([]scope, *Failure) {
+	var all, feasible []scope
+	switch {
+	case must < 0:
+		all = []scope{{cap: p.clusterCap()}}
+	case p.total > 0:
+		for d, v := range p.placed {
+			if d.Layer == must && v == p.total {
+				all = append(all, scope{d: d, cap: p.capOf(d)})
+			}
+		}
+		if len(all) == 0 {
+			return nil, &Failure{Layer: p.t.Layers[must].Name, Need: need, Detail: "members already placed span several domains"}
+		}
+	default:
+		if feasible = p.search(nil, must, need); len(feasible) > 0 {
+			return feasible, nil
+		}
+		for _, d := range p.t.Domains[must] {
+			all = append(all, scope{d: d, cap: p.capOf(d)})
+		}
+	}
+	best := scope{cap: -1}
+	for _, s := range all {
+		if s.cap >= need {
+			feasible = append(feasible, s)
+		}
+		if s.cap > best.cap || (s.cap == best.cap && s.d != nil && best.d != nil && s.d.Name < best.d.Name) {
+			best = s
+		}
+	}
+	if len(feasible) > 0 {
+		return feasible, nil
+	}
+	f := &Failure{Need: need, Fit: max(best.cap, 0)}
+	if must >= 0 {
+		f.Layer = p.t.Layers[must].Name
+		if best.d != nil {
+			f.Domain = best.d.Name
+		}
+	}
+	return nil, f
+}
+
 // preferredTarget picks, inside the feasible scopes, a domain of the
 // lowest PreferGather layer that holds the whole gang; failing that, the
 // tightest feasible scope.
 func (p *placer) preferredTarget(must int, feasible []scope, need int) scope {
-	nodeLayer := len(p.t.Layers)
-	inScope := func(d *Domain) bool {
-		for _, s := range feasible {
-			if s.d == nil || isUnder(d, s.d) {
-				return true
-			}
+	var from []*topotree.Domain
+	for _, s := range feasible {
+		if s.d != nil {
+			from = append(from, s.d)
 		}
-		return false
 	}
-	for layer := nodeLayer - 1; layer > must; layer-- {
-		if p.strat[layer] != PreferGather {
+	for layer := len(p.t.Layers) - 1; layer > must; layer-- {
+		if p.strat[layer] != topotree.PreferGather {
 			continue
 		}
-		var cands []scope
-		for _, d := range p.t.Domains[layer] {
-			if p.capOf[d] >= need && inScope(d) {
-				cands = append(cands, scope{d: d, cap: p.capOf[d]})
-			}
-		}
-		if len(cands) > 0 {
+		if cands := p.search(from, layer, need); len(cands) > 0 {
 			return p.tightest(cands, need)
 		}
 	}
 	return p.tightest(feasible, need)
-}
-
-// tightest orders candidates: those holding placed members first, then
-// the fewest lowest-layer switches the gang would span inside them (a
-// domain whose room sits in a few big blocks beats one with the same room
-// in many small ones), then the least spare capacity, then the parent
-// with the least capacity (keeping emptier parents whole), then name.
-func (p *placer) tightest(c []scope, need int) scope {
-	span := make(map[*Domain]int, len(c))
-	for _, s := range c {
-		if s.d != nil {
-			span[s.d] = p.span(s.d, need)
-		}
-	}
-	sort.Slice(c, func(i, j int) bool {
-		a, b := c[i], c[j]
-		if a.d == nil || b.d == nil {
-			return a.d == nil
-		}
-		if pa, pb := p.placed[a.d], p.placed[b.d]; pa != pb {
-			return pa > pb
-		}
-		if sa, sb := span[a.d], span[b.d]; sa != sb {
-			return sa < sb
-		}
-		if a.cap != b.cap {
-			return a.cap < b.cap
-		}
-		if ca, cb := p.parentCap(a.d), p.parentCap(b.d); ca != cb {
-			return ca < cb
-		}
-		return a.d.Name < b.d.Name
-	})
-	return c[0]
-}
-
-// span counts the domains of the lowest layer (the switches right above
-// the nodes) that need members take inside d at the fewest: the roomiest
-// first, which is the minimum. For a domain of the lowest layer itself it
-// counts nodes.
-func (p *placer) span(d *Domain, need int) int {
-	var caps []int
-	if len(d.Children) == 0 {
-		for _, n := range d.Nodes {
-			caps = append(caps, p.nodeCap[n])
-		}
-	} else {
-		var walk func(*Domain)
-		walk = func(x *Domain) {
-			if len(x.Children) == 0 {
-				caps = append(caps, p.capOf[x])
-				return
-			}
-			for _, ch := range x.Children {
-				walk(ch)
-			}
-		}
-		walk(d)
-	}
-	sort.Sort(sort.Reverse(sort.IntSlice(caps)))
-	n := 0
-	for _, c := range caps {
-		if need <= 0 || c == 0 {
-			break
-		}
-		need -= c
-		n++
-	}
-	if need > 0 {
-		return len(caps) + 1 // cannot hold them
-	}
-	return n
-}
-
-func (p *placer) parentCap(d *Domain) int {
-	if d.Parent == nil {
-		return p.clusterCap()
-	}
-	return p.capOf[d.Parent]
-}
-
-// distribute assigns n members below d (nil: the cluster): to one child
-// if one can hold them all (the tightest), else greedily to the children
-// with the most room, in multiples of their layer's podCountMultiple.
-func (p *placer) distribute(d *Domain, n int, out map[string]int) error {
-	var children []*Domain
-	var nodes []string
-	switch {
-	case d == nil && len(p.t.Layers) == 0:
-		for name := range p.nodeCap {
-			nodes = append(nodes, name)
-		}
-	case d == nil:
-		children = p.t.Roots
-	default:
-		children, nodes = d.Children, d.Nodes
-	}
-	if len(nodes) > 0 {
-		return p.fillNodes(nodes, n, out)
-	}
-	var one []scope
-	for _, c := range children {
-		if p.capOf[c] >= n {
-			one = append(one, scope{d: c, cap: p.capOf[c]})
-		}
-	}
-	if len(one) > 0 {
-		return p.distribute(p.tightest(one, n).d, n, out)
-	}
-	order := append([]*Domain(nil), children...)
-	sort.Slice(order, func(i, j int) bool {
-		a, b := order[i], order[j]
-		if p.placed[a] != p.placed[b] {
-			return p.placed[a] > p.placed[b]
-		}
-		if p.capOf[a] != p.capOf[b] {
-			return p.capOf[a] > p.capOf[b]
-		}
-		return a.Name < b.Name
-	})
-	left := n
-	for _, c := range order {
-		take := floorTo(min(p.capOf[c], left), p.mult[c.Layer])
-		if take == 0 {
-			continue
-		}
-		if err := p.distribute(c, take, out); err != nil {
-			return err
-		}
-		left -= take
-		if left == 0 {
-			return nil
-		}
-	}
-	if len(children) == 0 {
-		return &Failure{Need: n, Fit: n - left, Detail: "no nodes left in the domain"}
-	}
-	layer := children[0].Layer
-	return &Failure{Need: n, Fit: n - left, Detail: fmt.Sprintf("%d pods cannot be split into multiples of %d per %s domain", n, p.mult[layer], p.t.Layers[layer].Name)}
 }
 
 // inScopes reports whether every node of a plan is inside one of scopes.
@@ -418,6 +338,7 @@ func (p *placer) inScopes(plan *Plan, scopes []scope) bool {
 		for _, s := range scopes {
 			if s.d == nil || isUnder(p.t.Leaf[node], s.d) {
 				ok = true
+				break
 			}
 		}
 		if !ok {
@@ -427,85 +348,7 @@ func (p *placer) inScopes(plan *Plan, scopes []scope) bool {
 	return true
 }
 
-// fillNodes puts n members on nodes: nodes with members first, then the
-// roomiest, so that the gang uses as few nodes as possible.
-func (p *placer) fillNodes(nodes []string, n int, out map[string]int) error {
-	order := append([]string(nil), nodes...)
-	sort.Slice(order, func(i, j int) bool {
-		a, b := order[i], order[j]
-		if p.req.Placed[a] != p.req.Placed[b] {
-			return p.req.Placed[a] > p.req.Placed[b]
-		}
-		if p.nodeCap[a] != p.nodeCap[b] {
-			return p.nodeCap[a] > p.nodeCap[b]
-		}
-		return a < b
-	})
-	m := p.mult[len(p.t.Layers)]
-	left := n
-	for _, node := range order {
-		take := floorTo(min(p.nodeCap[node], left), m)
-		if take == 0 {
-			continue
-		}
-		out[node] = take
-		left -= take
-		if left == 0 {
-			return nil
-		}
-	}
-	return &Failure{Need: n, Fit: n - left, Detail: fmt.Sprintf("only %d of %d pods fit on the nodes", n-left, n)}
-}
-
-// onOneNode places the whole gang on one node (MustGather on the node
-// layer).
-func (p *placer) onOneNode(need int) (*Plan, error) {
-	bestNode, bestCap := "", -1
-	var cands []string
-	for n, c := range p.nodeCap {
-		if p.totalPlaced() > 0 && p.req.Placed[n] == 0 {
-			continue
-		}
-		if c >= need {
-			cands = append(cands, n)
-		}
-		if c > bestCap || (c == bestCap && n < bestNode) {
-			bestNode, bestCap = n, c
-		}
-	}
-	if len(cands) == 0 {
-		return nil, &Failure{Layer: "NodeTopologyLayer", Domain: bestNode, Fit: max(bestCap, 0), Need: need}
-	}
-	sort.Slice(cands, func(i, j int) bool {
-		if p.nodeCap[cands[i]] != p.nodeCap[cands[j]] {
-			return p.nodeCap[cands[i]] < p.nodeCap[cands[j]]
-		}
-		return cands[i] < cands[j]
-	})
-	return &Plan{Nodes: map[string]int{cands[0]: need}, Layer: "NodeTopologyLayer", Domain: cands[0]}, nil
-}
-
-func (p *placer) totalPlaced() int {
-	t := 0
-	for _, v := range p.req.Placed {
-		t += v
-	}
-	return t
-}
-
-// withPlaced keeps the scopes that hold every placed member.
-func (p *placer) withPlaced(scopes []scope) []scope {
-	total := p.totalPlaced()
-	var out []scope
-	for _, s := range scopes {
-		if p.placed[s.d] == total {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-func isUnder(d, ancestor *Domain) bool {
+func isUnder(d, ancestor *topotree.Domain) bool {
 	for ; d != nil; d = d.Parent {
 		if d == ancestor {
 			return true

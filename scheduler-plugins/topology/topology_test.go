@@ -5,101 +5,38 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
-	topologyv1alpha1 "github.com/strata-sh/strata/api/topology/v1alpha1"
+	"github.com/strata-sh/strata/internal/topotree"
 )
 
-// seedLayers is the seeds' three-layer network: spine > block > node,
-// with the old and the new NVIDIA topology label keys.
-func seedLayers() topologyv1alpha1.ClusterNetworkTopologySpec {
-	return topologyv1alpha1.ClusterNetworkTopologySpec{NetworkTopologySpec: []topologyv1alpha1.NetworkTopologyLayer{
-		{TopologyLayer: "NodeTopologyLayer", ParentTopologyLayer: "BlockLayer"},
-		{TopologyLayer: "BlockLayer", ParentTopologyLayer: "SpineLayer", LabelKey: []string{"network.topology.nvidia.com/block", "network.topology.nvidia.com/accelerator"}},
-		{TopologyLayer: "SpineLayer", LabelKey: []string{"network.topology.nvidia.com/spine"}},
-	}}
-}
-
-func TestLayers(t *testing.T) {
-	layers, err := Layers(seedLayers())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := []string{layers[0].Name, layers[1].Name}; !cmp.Equal(got, []string{"SpineLayer", "BlockLayer"}) {
-		t.Errorf("layers = %v", got)
-	}
-	bad := map[string]struct {
-		spec topologyv1alpha1.ClusterNetworkTopologySpec
-		want string
-	}{
-		"missing parent": {topologyv1alpha1.ClusterNetworkTopologySpec{NetworkTopologySpec: []topologyv1alpha1.NetworkTopologyLayer{
-			{TopologyLayer: "SpineLayer", LabelKey: []string{"s"}},
-			{TopologyLayer: "BlockLayer", ParentTopologyLayer: "RackLayer", LabelKey: []string{"b"}},
-		}}, `spec.networkTopologySpec[1].parentTopologyLayer: Not found: "RackLayer"`},
-		"two roots": {topologyv1alpha1.ClusterNetworkTopologySpec{NetworkTopologySpec: []topologyv1alpha1.NetworkTopologyLayer{
-			{TopologyLayer: "SpineLayer", LabelKey: []string{"s"}},
-			{TopologyLayer: "BlockLayer", LabelKey: []string{"b"}},
-		}}, "only one layer may have no parent"},
-		"no label key": {topologyv1alpha1.ClusterNetworkTopologySpec{NetworkTopologySpec: []topologyv1alpha1.NetworkTopologyLayer{
-			{TopologyLayer: "SpineLayer"},
-		}}, "spec.networkTopologySpec[0].labelKey: Required value"},
-	}
-	for name, tc := range bad {
-		if _, err := Layers(tc.spec); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: error %v, want %q", name, err, tc.want)
-		}
+// seedLayers is the seeds' network above the nodes: spine > block, with
+// the old and the new NVIDIA block label keys.
+func seedLayers() []topotree.Layer {
+	return []topotree.Layer{
+		{Name: "SpineLayer", LabelKeys: []string{"network.topology.nvidia.com/spine"}},
+		{Name: "BlockLayer", LabelKeys: []string{"network.topology.nvidia.com/block", "network.topology.nvidia.com/accelerator"}},
 	}
 }
 
 // cluster builds spines × blocks × nodes; capacity gives each node's room.
-func cluster(t *testing.T, spines, blocksPerSpine, nodesPerBlock int) *Tree {
+func cluster(t *testing.T, spines, blocksPerSpine, nodesPerBlock int) *topotree.Tree {
 	t.Helper()
-	layers, err := Layers(seedLayers())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nodes []Node
+	layers := seedLayers()
+	var nodes []topotree.Node
 	for s := 0; s < spines; s++ {
 		for b := 0; b < blocksPerSpine; b++ {
 			block := fmt.Sprintf("b%d", s*blocksPerSpine+b)
 			for n := 0; n < nodesPerBlock; n++ {
-				nodes = append(nodes, Node{Name: fmt.Sprintf("%s-n%d", block, n), Labels: map[string]string{
+				nodes = append(nodes, topotree.Node{Name: fmt.Sprintf("%s-n%d", block, n), Labels: map[string]string{
 					"network.topology.nvidia.com/spine": fmt.Sprintf("s%d", s),
 					"network.topology.nvidia.com/block": block,
 				}})
 			}
 		}
 	}
-	return Build(layers, nodes)
+	return topotree.Build(layers, nodes)
 }
 
-func TestBuildReportsUnplacedNodes(t *testing.T) {
-	layers, _ := Layers(seedLayers())
-	tree := Build(layers, []Node{
-		{Name: "ok", Labels: map[string]string{"network.topology.nvidia.com/spine": "s0", "network.topology.nvidia.com/block": "b0"}},
-		{Name: "new-key", Labels: map[string]string{"network.topology.nvidia.com/spine": "s0", "network.topology.nvidia.com/accelerator": "b1"}},
-		{Name: "no-block", Labels: map[string]string{"network.topology.nvidia.com/spine": "s0"}},
-		{Name: "conflict", Labels: map[string]string{"network.topology.nvidia.com/spine": "s0", "network.topology.nvidia.com/block": "b0", "network.topology.nvidia.com/accelerator": "b9"}},
-		{Name: "wrong-spine", Labels: map[string]string{"network.topology.nvidia.com/spine": "s1", "network.topology.nvidia.com/block": "b0"}},
-	})
-	got := map[string]string{}
-	for _, u := range tree.Unplaced {
-		got[u.Node] = u.Reason
-	}
-	want := map[string]string{
-		"no-block":    "no label for layer BlockLayer (looked for network.topology.nvidia.com/block, network.topology.nvidia.com/accelerator)",
-		"conflict":    "conflicting labels for layer BlockLayer: network.topology.nvidia.com/block=b0, network.topology.nvidia.com/accelerator=b9",
-		"wrong-spine": "BlockLayer b0 is under SpineLayer s0, but the node's labels put it under s1",
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("unplaced (-want +got):\n%s", diff)
-	}
-	if tree.Leaf["new-key"] == nil || tree.Leaf["new-key"].Name != "b1" {
-		t.Errorf("node with only the newer label key not placed in b1")
-	}
-}
-
-func uniform(tree *Tree, c int) map[string]int {
+func uniform(tree *topotree.Tree, c int) map[string]int {
 	out := map[string]int{}
 	for n := range tree.Leaf {
 		out[n] = c
@@ -134,7 +71,7 @@ func TestPlacePrefersOneBlockAndSpreadsOnlyWhenNoneFits(t *testing.T) {
 	// b0 has room for 2, b1 for 3, b2 for 4, b3 for 4.
 	capacity["b0-n0"], capacity["b0-n1"] = 0, 0
 	capacity["b1-n0"] = 0
-	rules := []Rule{{Layer: "BlockLayer", Strategy: PreferGather}}
+	rules := []topotree.Rule{{Layer: "BlockLayer", Strategy: topotree.PreferGather}}
 
 	plan, err := Place(tree, Request{Pods: 3, Capacity: capacity, Rules: rules})
 	if err != nil {
@@ -156,7 +93,7 @@ func TestPlaceMustGatherFailsWithTheClosestDomain(t *testing.T) {
 	tree := cluster(t, 1, 3, 4)
 	capacity := uniform(tree, 2) // 8 per block
 	capacity["b2-n0"], capacity["b2-n1"] = 4, 4
-	_, err := Place(tree, Request{Pods: 13, Capacity: capacity, Rules: []Rule{{Layer: "BlockLayer", Strategy: MustGather}}})
+	_, err := Place(tree, Request{Pods: 13, Capacity: capacity, Rules: []topotree.Rule{{Layer: "BlockLayer", Strategy: topotree.MustGather}}})
 	f, ok := err.(*Failure)
 	if !ok {
 		t.Fatalf("error = %v, want a Failure", err)
@@ -167,7 +104,7 @@ func TestPlaceMustGatherFailsWithTheClosestDomain(t *testing.T) {
 	if want := "13 pods do not fit in any BlockLayer domain; closest b2: 12 of 13 pods fit"; f.Error() != want {
 		t.Errorf("message %q, want %q", f.Error(), want)
 	}
-	plan, err := Place(tree, Request{Pods: 12, Capacity: capacity, Rules: []Rule{{Layer: "BlockLayer", Strategy: MustGather}}})
+	plan, err := Place(tree, Request{Pods: 12, Capacity: capacity, Rules: []topotree.Rule{{Layer: "BlockLayer", Strategy: topotree.MustGather}}})
 	if err != nil || plan.Domain != "b2" {
 		t.Errorf("12 pods: plan %+v, err %v, want block b2", plan, err)
 	}
@@ -176,7 +113,7 @@ func TestPlaceMustGatherFailsWithTheClosestDomain(t *testing.T) {
 func TestPlacePodCountMultiple(t *testing.T) {
 	tree := cluster(t, 1, 2, 2)
 	capacity := map[string]int{"b0-n0": 8, "b0-n1": 3, "b1-n0": 8, "b1-n1": 8}
-	rules := []Rule{{Layer: "NodeTopologyLayer", Strategy: PreferGather, PodCountMultiple: 4}}
+	rules := []topotree.Rule{{Layer: "NodeTopologyLayer", Strategy: topotree.PreferGather, PodCountMultiple: 4}}
 	plan, err := Place(tree, Request{Pods: 20, Capacity: capacity, Rules: rules})
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +132,7 @@ func TestPlacedMembersPullAndBindMustGather(t *testing.T) {
 	tree := cluster(t, 1, 3, 4)
 	capacity := uniform(tree, 2)
 	placed := map[string]int{"b2-n3": 2}
-	plan, err := Place(tree, Request{Pods: 4, Capacity: capacity, Placed: placed, Rules: []Rule{{Layer: "BlockLayer", Strategy: PreferGather}}})
+	plan, err := Place(tree, Request{Pods: 4, Capacity: capacity, Placed: placed, Rules: []topotree.Rule{{Layer: "BlockLayer", Strategy: topotree.PreferGather}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,14 +142,14 @@ func TestPlacedMembersPullAndBindMustGather(t *testing.T) {
 	// Must-gather: the block of the placed members is the only choice.
 	capacity["b2-n0"], capacity["b2-n1"], capacity["b2-n2"] = 0, 0, 0
 	capacity["b2-n3"] = 1
-	if _, err := Place(tree, Request{Pods: 4, Capacity: capacity, Placed: placed, Rules: []Rule{{Layer: "BlockLayer", Strategy: MustGather}}}); err == nil {
+	if _, err := Place(tree, Request{Pods: 4, Capacity: capacity, Placed: placed, Rules: []topotree.Rule{{Layer: "BlockLayer", Strategy: topotree.MustGather}}}); err == nil {
 		t.Errorf("must-gather gang left its block")
 	}
 }
 
 func TestPlaceRejectsUnknownLayer(t *testing.T) {
 	tree := cluster(t, 1, 1, 1)
-	_, err := Place(tree, Request{Pods: 1, Capacity: uniform(tree, 1), Rules: []Rule{{Layer: "RackLayer", Strategy: MustGather}}})
+	_, err := Place(tree, Request{Pods: 1, Capacity: uniform(tree, 1), Rules: []topotree.Rule{{Layer: "RackLayer", Strategy: topotree.MustGather}}})
 	if err == nil || !strings.Contains(err.Error(), `layer "RackLayer" is not a layer`) {
 		t.Errorf("error = %v", err)
 	}
@@ -231,7 +168,7 @@ func TestPlaceNeverOverfills(t *testing.T) {
 			capacity[n] = i % 5
 		}
 		pods := 1 + seed%40
-		plan, err := Place(tree, Request{Pods: pods, Capacity: capacity, Rules: []Rule{{Layer: "SpineLayer", Strategy: MustGather}, {Layer: "BlockLayer", Strategy: PreferGather}}})
+		plan, err := Place(tree, Request{Pods: pods, Capacity: capacity, Rules: []topotree.Rule{{Layer: "SpineLayer", Strategy: topotree.MustGather}, {Layer: "BlockLayer", Strategy: topotree.PreferGather}}})
 		if err != nil {
 			continue
 		}
@@ -250,18 +187,15 @@ func TestPlaceNeverOverfills(t *testing.T) {
 
 // unevenSpines is the fragmented cluster of the topology issue: spine s0
 // with ten blocks of two nodes, spine s1 with four blocks of eight.
-func unevenSpines(t testing.TB) *Tree {
+func unevenSpines(t testing.TB) *topotree.Tree {
 	t.Helper()
-	layers, err := Layers(seedLayers())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nodes []Node
+	layers := seedLayers()
+	var nodes []topotree.Node
 	add := func(spine string, blocks, perBlock, first int) {
 		for b := 0; b < blocks; b++ {
 			block := fmt.Sprintf("b%d", first+b)
 			for n := 0; n < perBlock; n++ {
-				nodes = append(nodes, Node{Name: fmt.Sprintf("%s-n%d", block, n), Labels: map[string]string{
+				nodes = append(nodes, topotree.Node{Name: fmt.Sprintf("%s-n%d", block, n), Labels: map[string]string{
 					"network.topology.nvidia.com/spine": spine, "network.topology.nvidia.com/block": block,
 				}})
 			}
@@ -269,7 +203,7 @@ func unevenSpines(t testing.TB) *Tree {
 	}
 	add("s0", 10, 2, 0)
 	add("s1", 4, 8, 10)
-	return Build(layers, nodes)
+	return topotree.Build(layers, nodes)
 }
 
 // TestPlaceSpansFewestSwitches: a 16-pod gang (one pod per node) fits in
@@ -277,8 +211,8 @@ func unevenSpines(t testing.TB) *Tree {
 // 2. Fewest blocks wins, whether the spine is required or preferred.
 func TestPlaceSpansFewestSwitches(t *testing.T) {
 	tree := unevenSpines(t)
-	for _, strategy := range []Strategy{MustGather, PreferGather} {
-		plan, err := Place(tree, Request{Pods: 16, Capacity: uniform(tree, 1), Rules: []Rule{{Layer: "SpineLayer", Strategy: strategy}}})
+	for _, strategy := range []topotree.Strategy{topotree.MustGather, topotree.PreferGather} {
+		plan, err := Place(tree, Request{Pods: 16, Capacity: uniform(tree, 1), Rules: []topotree.Rule{{Layer: "SpineLayer", Strategy: strategy}}})
 		if err != nil {
 			t.Fatalf("%s: %v", strategy, err)
 		}
@@ -288,7 +222,7 @@ func TestPlaceSpansFewestSwitches(t *testing.T) {
 	}
 	// Two pods fit in one block of either spine: the block they fill
 	// exactly wins over the roomier ones.
-	plan, err := Place(tree, Request{Pods: 2, Capacity: uniform(tree, 1), Rules: []Rule{{Layer: "BlockLayer", Strategy: MustGather}}})
+	plan, err := Place(tree, Request{Pods: 2, Capacity: uniform(tree, 1), Rules: []topotree.Rule{{Layer: "BlockLayer", Strategy: topotree.MustGather}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
 	topologyv1alpha1 "github.com/strata-sh/strata/api/topology/v1alpha1"
-	"github.com/strata-sh/strata/scheduler-plugins/topology"
+	"github.com/strata-sh/strata/internal/topotree"
 )
 
 // Gang is one PodGroup: how many members run and in which network
@@ -56,11 +56,11 @@ func collectGangs(ctx context.Context, dyn dynamic.Interface, pods []corev1.Pod,
 	if err != nil {
 		return nil, nil // no PodGroup CRD: no gangs to report
 	}
-	var layers []topology.Layer
+	var layers []topotree.Layer
 	if u, err := dyn.Resource(topologyv1alpha1.GroupVersion.WithResource("clusternetworktopologies")).Get(ctx, "default", metav1.GetOptions{}); err == nil {
 		var t topologyv1alpha1.ClusterNetworkTopology
 		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &t) == nil {
-			layers, _ = topology.Layers(t.Spec)
+			layers, _ = topotree.Layers(t.Spec)
 		}
 	}
 	nodeLabels := map[string]map[string]string{}

@@ -1,9 +1,10 @@
-// Package topology holds the pure algorithms of network-topology-aware
-// placement: building the tree of network domains (spine > block > node)
-// from node labels, and choosing where the pods of a gang go in it. It
-// knows nothing of the scheduler framework; capacities come in as plain
-// numbers.
-package topology
+// Package topotree builds the tree of network domains (spine > block >
+// node) from node labels and the layers of a ClusterNetworkTopology, and
+// names what a gang may ask of it (Rule). The scheduler's placement, the
+// controller's ClusterNetworkTopology status, the admission webhook and
+// the gang-annotation parser all use it, so it imports no scheduler
+// plugin and knows nothing of the scheduler framework.
+package topotree
 
 import (
 	"fmt"
@@ -106,8 +107,12 @@ type Domain struct {
 	Name     string
 	Parent   *Domain
 	Children []*Domain
-	// Nodes are the nodes directly below a domain of the lowest layer.
+	// Nodes are the nodes directly below a domain of the lowest layer,
+	// sorted by name.
 	Nodes []string
+	// Index is the domain's position in Tree.All: dense from 0, so that
+	// callers can keep per-domain state in slices.
+	Index int
 }
 
 // Unplaced is a node the tree cannot hold and why.
@@ -123,6 +128,9 @@ type Tree struct {
 	Roots []*Domain
 	// Domains indexes every domain by layer, then name.
 	Domains []map[string]*Domain
+	// All lists every domain, layer by layer from the top, by name within
+	// a layer; Domain.Index is the position here.
+	All []*Domain
 	// Leaf maps each placed node to its domain in the lowest layer.
 	Leaf map[string]*Domain
 	// Unplaced lists nodes missing a label or with conflicting ones.
@@ -157,6 +165,17 @@ func Build(layers []Layer, nodes []Node) *Tree {
 		}
 	}
 	sort.Slice(t.Roots, func(i, j int) bool { return t.Roots[i].Name < t.Roots[j].Name })
+	for _, m := range t.Domains {
+		start := len(t.All)
+		for _, d := range m {
+			t.All = append(t.All, d)
+		}
+		layer := t.All[start:]
+		sort.Slice(layer, func(i, j int) bool { return layer[i].Name < layer[j].Name })
+	}
+	for i, d := range t.All {
+		d.Index = i
+	}
 	return t
 }
 

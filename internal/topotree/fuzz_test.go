@@ -1,4 +1,4 @@
-package topology
+package topotree
 
 import (
 	"fmt"
@@ -10,7 +10,8 @@ import (
 // and holds the tree to what the scheduler and the controller rely on:
 // every node is placed exactly once or unplaced with a reason; a placed
 // node's domains are those its labels name; every domain has one parent
-// one layer up and is among its children; the node counts add up.
+// one layer up and is among its children; the node counts add up; All
+// lists every domain once, layer by layer, at its Index.
 func FuzzBuild(f *testing.F) {
 	f.Add([]byte{1, 0, 1, 1, 0, 1, 2, 0, 2})
 	f.Add([]byte{1, 2, 1, 0, 0, 0, 3, 3, 4})
@@ -73,7 +74,14 @@ func FuzzBuild(f *testing.F) {
 		if total != len(tree.Leaf) {
 			t.Fatalf("roots count %d nodes, %d placed", total, len(tree.Leaf))
 		}
+		count := 0
+		for i, d := range tree.All {
+			if d.Index != i || tree.Domains[d.Layer][d.Name] != d || (i > 0 && tree.All[i-1].Layer > d.Layer) {
+				t.Fatalf("All[%d] is %s of layer %d with index %d", i, d.Name, d.Layer, d.Index)
+			}
+		}
 		for i, m := range tree.Domains {
+			count += len(m)
 			for name, d := range m {
 				if d.Name != name || d.Layer != i {
 					t.Fatalf("domain %s filed as %s in layer %d", d.Name, name, i)
@@ -89,6 +97,9 @@ func FuzzBuild(f *testing.F) {
 					t.Fatalf("domain %s: parent %s in layer %d, among its children %v", d.Name, d.Parent.Name, d.Parent.Layer, found)
 				}
 			}
+		}
+		if count != len(tree.All) {
+			t.Fatalf("All lists %d domains, the layers %d", len(tree.All), count)
 		}
 	})
 }
