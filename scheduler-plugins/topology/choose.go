@@ -16,24 +16,35 @@ import (
 // parents whole), then name. Candidates are of one layer, so names
 // break every tie.
 func (p *placer) tightest(c []scope, need int) scope {
-	best := c[0]
+	best := ranked{scope: c[0], span: -1}
 	for _, s := range c[1:] {
-		if p.tighter(s, best, need) {
-			best = s
+		if r := (ranked{scope: s, span: -1}); p.tighter(&r, &best, need) {
+			best = r
 		}
 	}
-	return best
+	return best.scope
 }
 
-func (p *placer) tighter(a, b scope, need int) bool {
+// ranked is a candidate with its span, worked out when first needed.
+type ranked struct {
+	scope
+	span int
+}
+
+func (p *placer) tighter(a, b *ranked, need int) bool {
 	if a.d == nil || b.d == nil {
 		return a.d == nil
 	}
 	if pa, pb := p.placed[a.d], p.placed[b.d]; pa != pb {
 		return pa > pb
 	}
-	if sa, sb := p.span(a.d, need), p.span(b.d, need); sa != sb {
-		return sa < sb
+	for _, r := range []*ranked{a, b} {
+		if r.span < 0 {
+			r.span = p.span(r.d, need)
+		}
+	}
+	if a.span != b.span {
+		return a.span < b.span
 	}
 	if a.cap != b.cap {
 		return a.cap < b.cap
@@ -50,9 +61,6 @@ func (p *placer) tighter(a, b scope, need int) bool {
 // counts nodes, from the domain's histogram of node room. One more than
 // there are means they cannot hold need.
 func (p *placer) span(d *topotree.Domain, need int) int {
-	if s, ok := p.spans[d]; ok {
-		return s
-	}
 	var s int
 	if len(d.Children) == 0 {
 		m := p.mult[len(p.t.Layers)]
@@ -69,7 +77,7 @@ func (p *placer) span(d *topotree.Domain, need int) int {
 			s = len(d.Nodes) + 1
 		}
 	} else {
-		var caps []int
+		caps := p.scratch[:0]
 		var walk func(*topotree.Domain)
 		walk = func(x *topotree.Domain) {
 			if len(x.Children) == 0 {
@@ -81,7 +89,8 @@ func (p *placer) span(d *topotree.Domain, need int) int {
 			}
 		}
 		walk(d)
-		sort.Sort(sort.Reverse(sort.IntSlice(caps)))
+		p.scratch = caps
+		slices.SortFunc(caps, func(a, b int) int { return b - a })
 		for _, c := range caps {
 			if need <= 0 || c == 0 {
 				break
@@ -93,7 +102,6 @@ func (p *placer) span(d *topotree.Domain, need int) int {
 			s = len(caps) + 1
 		}
 	}
-	p.spans[d] = s
 	return s
 }
 

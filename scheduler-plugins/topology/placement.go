@@ -106,7 +106,7 @@ type placer struct {
 	cluster int                      // the cluster's capacity; -1 until needed
 	placed  map[*topotree.Domain]int // req.Placed summed up the tree
 	total   int                      // every member of req.Placed
-	spans   map[*topotree.Domain]int
+	scratch []int                    // span's room per block, reused
 }
 
 // newPlacer checks the rules; with no pods to place it returns the empty
@@ -136,9 +136,12 @@ func newPlacer(t *topotree.Tree, req Request) (*placer, *Plan, error) {
 	if req.Pods <= 0 {
 		return nil, &Plan{Nodes: map[string]int{}}, nil
 	}
-	p.caps = map[*topotree.Domain]int{}
-	p.spans = map[*topotree.Domain]int{}
-	p.placed = map[*topotree.Domain]int{}
+	if !p.simple {
+		p.caps = map[*topotree.Domain]int{}
+	}
+	if len(req.Placed) > 0 {
+		p.placed = map[*topotree.Domain]int{}
+	}
 	for n, v := range req.Placed {
 		p.total += v
 		for d := t.Leaf[n]; d != nil; d = d.Parent {

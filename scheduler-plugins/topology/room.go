@@ -53,7 +53,15 @@ func borrowRoom(t *topotree.Tree, capacity map[string]int) *Room {
 }
 
 func newRoom(t *topotree.Tree) *Room {
-	return &Room{t: t, sum: make([]int, len(t.All)), hist: make([][]bucket, len(t.All))}
+	r := &Room{t: t, sum: make([]int, len(t.All)), hist: make([][]bucket, len(t.All))}
+	// Room for four values per domain in one allocation; a histogram
+	// with more moves out on its own.
+	const per = 4
+	backing := make([]bucket, len(t.All)*per)
+	for i := range r.hist {
+		r.hist[i] = backing[i*per : i*per : (i+1)*per]
+	}
+	return r
 }
 
 // Set makes a node's room c (a negative c counts as 0). A node outside
