@@ -43,10 +43,9 @@ func (p *Plugin) verdict(ctx context.Context, c *check, node string) string {
 		counts = make([]int64, 0, n)
 	}
 	counts = counts[:n]
+	p.cachedCounts(ctx, c, node, counts)
 	if c.flyingNodes.Has(node) {
-		p.countNode(ctx, c, node, counts, c.flying, nil)
-	} else {
-		p.cachedCounts(ctx, c, node, counts)
+		p.takeFlying(ctx, c, node, counts)
 	}
 	if i, _ := unmet(c, counts); i < 0 {
 		return ""
@@ -165,6 +164,39 @@ func (p *Plugin) countNode(ctx context.Context, c *check, node string, counts []
 		p.counts.Delete(node)
 	}
 	return version
+}
+
+// takeFlying takes out of the node's counts the devices that the
+// check's flying allocations hold and the counts had free. Only those
+// devices are looked at: the cached counts stand for the rest. (Should
+// the index have changed since the counts, a device the index now holds
+// is not taken out twice; the count is then too high, which only lets
+// the node through to the allocator.)
+func (p *Plugin) takeFlying(ctx context.Context, c *check, node string, counts []int64) {
+	var pickBuf [8]pick
+	picks := pickBuf[:0]
+	if len(counts) > len(pickBuf) {
+		picks = make([]pick, 0, len(counts))
+	}
+	picks = picks[:len(counts)]
+	view := p.index.Read()
+	defer view.Done()
+	list, _ := view.Node(node)
+	for _, slice := range list {
+		ids := p.picks(ctx, c, slice, picks)
+		for d := range slice.Spec.Devices {
+			extra := c.flying[ids[d]]
+			if extra == nil {
+				continue
+			}
+			dev, held := &slice.Spec.Devices[d], view.Holders(ids[d])
+			for k, pk := range picks {
+				if pk.sel[d] && pk.idle.fits[d] && p.free(dev, pk.idle.needs[d], held, nil, nil) && !p.free(dev, pk.idle.needs[d], held, extra, nil) {
+					counts[k]--
+				}
+			}
+		}
+	}
 }
 
 // free tells whether a device that fits an alternative when idle can
