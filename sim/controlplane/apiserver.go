@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,11 +48,13 @@ var disabledAdmission = []string{"ServiceAccount", "TaintNodesByCondition"}
 
 type apiServer struct {
 	config *restclient.Config
+	port   int
 	done   chan error
 }
 
-// startAPIServer runs kube-apiserver in process against etcdURL.
-func startAPIServer(ctx context.Context, dir, etcdURL string, opts Options) (*apiServer, error) {
+// startAPIServer runs kube-apiserver in process against etcdURL, on port
+// (0: a free one).
+func startAPIServer(ctx context.Context, dir, etcdURL string, port int, opts Options) (*apiServer, error) {
 	certDir := filepath.Join(dir, "apiserver")
 	if err := os.MkdirAll(certDir, 0o700); err != nil {
 		return nil, err
@@ -59,6 +62,12 @@ func startAPIServer(ctx context.Context, dir, etcdURL string, opts Options) (*ap
 	saKey, err := writeServiceAccountKey(certDir)
 	if err != nil {
 		return nil, err
+	}
+	var stable *stableAccess
+	if opts.APIServerRestarts {
+		if stable, err = writeStableAccess(certDir); err != nil {
+			return nil, err
+		}
 	}
 
 	// Feature gates are set on a copy first and then carried to the global
@@ -80,7 +89,7 @@ func startAPIServer(ctx context.Context, dir, etcdURL string, opts Options) (*ap
 	for _, f := range s.Flags().FlagSets {
 		fs.AddFlagSet(f)
 	}
-	listener, port, err := listenLoopback()
+	listener, port, err := listenLoopback(ctx, port)
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +117,9 @@ func startAPIServer(ctx context.Context, dir, etcdURL string, opts Options) (*ap
 		// The kubernetes Service would point at a loopback address, which
 		// the endpoints API rejects; nothing in the cluster uses it.
 		"--endpoint-reconciler-type=none",
+	}
+	if stable != nil {
+		flags = append(flags, "--token-auth-file="+stable.tokenFile)
 	}
 	if len(opts.RuntimeConfig) > 0 {
 		flags = append(flags, "--runtime-config="+strings.Join(opts.RuntimeConfig, ","))
@@ -151,7 +163,7 @@ func startAPIServer(ctx context.Context, dir, etcdURL string, opts Options) (*ap
 	if err != nil {
 		return nil, fmt.Errorf("create kube-apiserver: %w", err)
 	}
-	a := &apiServer{done: make(chan error, 1)}
+	a := &apiServer{port: port, done: make(chan error, 1)}
 	go func() {
 		defer close(a.done)
 		prepared, err := server.PrepareRun()
@@ -165,6 +177,9 @@ func startAPIServer(ctx context.Context, dir, etcdURL string, opts Options) (*ap
 
 	a.config = restclient.CopyConfig(server.GenericAPIServer.LoopbackClientConfig)
 	a.config.QPS, a.config.Burst = 5000, 10000
+	if stable != nil {
+		stable.apply(a.config)
+	}
 	if err := a.waitReady(ctx); err != nil {
 		return nil, err
 	}
@@ -251,10 +266,21 @@ func kubeletDialer(egressselector.NetworkContext) (utilnet.DialFunc, error) {
 	}, nil
 }
 
-func listenLoopback() (net.Listener, int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// listenLoopback listens on port of the loopback address, a free one if
+// port is 0. A given port may still be held for a moment by the server
+// that used it before: that is retried for up to 30 s.
+func listenLoopback(ctx context.Context, port int) (net.Listener, int, error) {
+	var l net.Listener
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		var err error
+		l, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil && port != 0 {
+			return false, nil
+		}
+		return err == nil, err
+	})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("listen on 127.0.0.1:%d: %w", port, err)
 	}
 	return l, l.Addr().(*net.TCPAddr).Port, nil
 }

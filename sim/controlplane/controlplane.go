@@ -53,6 +53,22 @@ type Options struct {
 	// Bootstrap runs once the API server is up and before controllers and
 	// the scheduler start, to create what they need (CRDs).
 	Bootstrap func(ctx context.Context, config *restclient.Config) error
+
+	// LeaderElection runs SchedulerReplicas replicas of strata-scheduler
+	// (at least one) with kube-scheduler's leader election, each behind a
+	// wire of the fault layer of its own (KillScheduler cuts it).
+	LeaderElection *LeaderElection
+	// SchedulerReplicas is how many scheduler replicas LeaderElection
+	// runs; the chart deploys two.
+	SchedulerReplicas int
+	// FaultLayer puts the scheduler (without LeaderElection) behind the
+	// fault layer too: SetFault then refuses or slows its requests.
+	FaultLayer bool
+	// APIServerRestarts lets RestartAPIServer restart kube-apiserver:
+	// clients then authenticate with a token and trust a certificate that
+	// outlive a restart, instead of the API server's own loopback
+	// credentials, which do not.
+	APIServerRestarts bool
 }
 
 // ControlPlane is a running in-process control plane.
@@ -64,22 +80,32 @@ type ControlPlane struct {
 	// Dir is the working directory.
 	Dir string
 
+	ctx    context.Context
 	cancel context.CancelFunc
+	opts   Options
 	// restart starts the scheduler again; schedStop stops the running one
-	// and waits for it.
+	// and waits for it. Both are nil with leader election, whose replicas
+	// are in replicas.
 	restart   func() error
 	schedStop func()
+	replicas  []*replica
 	etcd      *etcdServer
-	api       *apiServer
-	ownDir    bool
-	stopOnce  sync.Once
+	// apiMu guards api and apiStop, which stops it.
+	apiMu    sync.Mutex
+	api      *apiServer
+	apiStop  context.CancelFunc
+	faults   faults
+	wiresMu  sync.Mutex
+	wires    []*Wire
+	ownDir   bool
+	stopOnce sync.Once
 }
 
 // Start boots etcd, kube-apiserver, the controllers and the scheduler and
 // returns once the scheduler has synced its caches.
 func Start(ctx context.Context, opts Options) (_ *ControlPlane, finalErr error) {
 	logger := klog.FromContext(ctx)
-	cp := &ControlPlane{Dir: opts.Dir}
+	cp := &ControlPlane{Dir: opts.Dir, opts: opts}
 	if cp.Dir == "" {
 		dir, err := os.MkdirTemp("", "strata-cp-")
 		if err != nil {
@@ -88,6 +114,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, finalErr error) 
 		cp.Dir, cp.ownDir = dir, true
 	}
 	ctx, cp.cancel = context.WithCancel(ctx)
+	cp.ctx = ctx
 	defer func() {
 		if finalErr != nil {
 			cp.Stop()
@@ -98,7 +125,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, finalErr error) 
 	if cp.etcd, err = startEtcd(ctx, cp.Dir); err != nil {
 		return nil, err
 	}
-	if cp.api, err = startAPIServer(ctx, cp.Dir, cp.etcd.clientURL, opts); err != nil {
+	if err := cp.startAPIServer(0); err != nil {
 		return nil, err
 	}
 	cp.Config = cp.api.config
@@ -133,18 +160,42 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, finalErr error) 
 				return nil, err
 			}
 		}
-		cp.restart = func() error {
-			schedCtx, cancel := context.WithCancel(ctx)
-			done, err := startScheduler(schedCtx, cp.Dir, schedKubeconfig, config, plugins)
-			if err != nil {
-				cancel()
-				return err
+		if opts.LeaderElection != nil {
+			if err := cp.startReplicas(ctx, max(1, opts.SchedulerReplicas), schedulerSetup{config, plugins, opts.SchedulerIdentity}); err != nil {
+				return nil, err
 			}
-			cp.schedStop = func() { cancel(); <-done }
-			return nil
-		}
-		if err := cp.restart(); err != nil {
-			return nil, err
+		} else {
+			cp.restart = func() error {
+				kubeconfig := schedKubeconfig
+				var wire *Wire
+				if opts.FaultLayer {
+					var err error
+					if wire, err = newWire("scheduler", &cp.faults, cp.Config); err != nil {
+						return err
+					}
+					kubeconfig = filepath.Join(cp.Dir, "scheduler-wire.kubeconfig")
+					if err := cp.writeKubeconfigVia(kubeconfig, opts.SchedulerIdentity, wire); err != nil {
+						return err
+					}
+				}
+				schedCtx, cancel := context.WithCancel(ctx)
+				run, err := startScheduler(schedCtx, cp.Dir, kubeconfig, config, plugins, nil, nil)
+				if err != nil {
+					cancel()
+					return err
+				}
+				cp.schedStop = func() {
+					if wire != nil {
+						wire.Cut()
+					}
+					cancel()
+					<-run.done
+				}
+				return nil
+			}
+			if err := cp.restart(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if opts.KubeScheduler {
@@ -178,7 +229,7 @@ func (cp *ControlPlane) startKubeScheduler(ctx context.Context) error {
 		return err
 	}
 	ctx = klog.NewContext(ctx, klog.LoggerWithName(klog.FromContext(ctx), "kube"))
-	_, err := startScheduler(ctx, dir, kubeconfig, []byte(kubeSchedulerConfig), runtime.Registry{})
+	_, err := startScheduler(ctx, dir, kubeconfig, []byte(kubeSchedulerConfig), runtime.Registry{}, nil, nil)
 	return err
 }
 
@@ -186,6 +237,9 @@ func (cp *ControlPlane) startKubeScheduler(ctx context.Context) error {
 // and starts a new one with empty in-memory state; it returns once the
 // new one has synced its caches.
 func (cp *ControlPlane) RestartScheduler() error {
+	if cp.replicas != nil {
+		return fmt.Errorf("the scheduler runs replicas with leader election: use KillScheduler")
+	}
 	if cp.restart == nil {
 		return fmt.Errorf("the control plane runs no scheduler")
 	}
@@ -198,9 +252,16 @@ func (cp *ControlPlane) RestartScheduler() error {
 func (cp *ControlPlane) Stop() {
 	cp.stopOnce.Do(func() {
 		cp.cancel()
+		cp.wiresMu.Lock()
+		for _, w := range cp.wires {
+			w.Cut()
+		}
+		cp.wiresMu.Unlock()
+		cp.apiMu.Lock()
 		if cp.api != nil {
 			cp.api.wait()
 		}
+		cp.apiMu.Unlock()
 		if cp.etcd != nil {
 			cp.etcd.stop()
 		}
@@ -225,6 +286,12 @@ func (cp *ControlPlane) WriteKubeconfigAs(path string, id Identity) error {
 
 // writeKubeconfig writes a kubeconfig that acts as id (admin if nil).
 func (cp *ControlPlane) writeKubeconfig(path string, id *Identity) error {
+	return cp.writeKubeconfigVia(path, id, nil)
+}
+
+// writeKubeconfigVia writes a kubeconfig that acts as id (admin if nil)
+// and reaches the API server through wire (directly if nil).
+func (cp *ControlPlane) writeKubeconfigVia(path string, id *Identity, wire *Wire) error {
 	c := cp.Config
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["strata-sim"] = &clientcmdapi.Cluster{
@@ -232,6 +299,9 @@ func (cp *ControlPlane) writeKubeconfig(path string, id *Identity) error {
 		CertificateAuthorityData: c.TLSClientConfig.CAData,
 		TLSServerName:            c.TLSClientConfig.ServerName,
 		InsecureSkipTLSVerify:    c.TLSClientConfig.Insecure,
+	}
+	if wire != nil {
+		cfg.Clusters["strata-sim"] = &clientcmdapi.Cluster{Server: wire.URL(), CertificateAuthorityData: wire.caPEM}
 	}
 	auth := &clientcmdapi.AuthInfo{Token: c.BearerToken}
 	if id != nil {
