@@ -25,7 +25,7 @@ HEAVY_PKGS = $(shell $(GO) list -f '{{.ImportPath}}{{range .Deps}} {{.}}{{end}}'
 RACE_HEAVY = github.com/strata-sh/strata/scheduler-plugins/gang
 RACE_PKGS = $(filter-out $(HEAVY_PKGS),$(ALL_PKGS)) $(RACE_HEAVY)
 
-.PHONY: all build demo demo-real test unit e2e realnode realnode-tools fuzz generate verify bench bench-full bench-sim replay replay-framework images clean
+.PHONY: all build demo demo-real test unit e2e soak realnode realnode-tools fuzz generate verify bench bench-full bench-sim replay replay-framework images clean
 
 all: build
 
@@ -56,6 +56,22 @@ unit:
 
 e2e:
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./tests/... | grep -v /tests/realnode)
+
+## soak: the randomized gang soak (TestGangSoak) for SOAK_DURATION on
+## SOAK_NODES simulated DGX nodes under a three-tier network, with leader
+## failovers, refused and slowed writes and API server restarts on a
+## random schedule; prints a summary. Not part of make test, whose e2e
+## runs a one-minute version on 8 nodes (scheduler restarts, no faults).
+## SOAK_SEED replays a run.
+SOAK_DURATION ?= 30m
+SOAK_NODES ?= 500
+SOAK_SEED ?=
+
+soak:
+	@log=$$(mktemp -t strata-soak.XXXXXX); \
+	STRATA_SOAK_FAULTS=1 STRATA_SOAK_DURATION=$(SOAK_DURATION) STRATA_SOAK_NODES=$(SOAK_NODES) STRATA_SOAK_SEED=$(SOAK_SEED) \
+		$(GO) test -count=1 -timeout 0 -run '^TestGangSoak$$' -v ./tests/e2e > $$log 2>&1; rc=$$?; \
+	grep -E '^(=== RUN|--- |\s+gang_soak_test|PASS|FAIL|ok)' $$log; echo "soak log: $$log"; exit $$rc
 
 ## realnode-tools: what real nodes run (hack/realnode/install.sh): Debian's
 ## runc, busybox-static and CNI plugins, containerd and a kubelet built
