@@ -125,6 +125,20 @@ func TestMistakesAreRefusedWithTheirField(t *testing.T) {
 			want: `metadata.annotations[gang.scheduling.koordinator.sh/total-number]: 3 is less than the gang's minimum of 4 members`,
 		},
 		{
+			name: "pod, group in another namespace",
+			path: PodsPath, kind: podKind,
+			bad:  `{"metadata":{"name":"w-0","namespace":"ml","annotations":{"gang.scheduling.koordinator.sh/name":"job","gang.scheduling.koordinator.sh/groups":"[\"ps\",\"team-b/train\"]"}}}`,
+			good: `{"metadata":{"name":"w-0","namespace":"ml","annotations":{"gang.scheduling.koordinator.sh/name":"job","gang.scheduling.koordinator.sh/groups":"[\"ps\",\"ml/train\"]"}}}`,
+			want: `metadata.annotations[gang.scheduling.koordinator.sh/groups]: "team-b/train" is a gang of namespace "team-b"; a group lists only gangs of its own namespace, "ml"`,
+		},
+		{
+			name: "PodGroup, group in another namespace",
+			path: PodGroupsPath, kind: podGroupKind,
+			bad:  `{"metadata":{"name":"train","namespace":"ml","annotations":{"scheduling.strata.sh/groups":"[\"ml/ps\",\"team-b/train\"]"}},"spec":{"minMember":8}}`,
+			good: `{"metadata":{"name":"train","namespace":"ml","annotations":{"scheduling.strata.sh/groups":"[\"ml/ps\",\"ml/train\"]"}},"spec":{"minMember":8}}`,
+			want: `metadata.annotations[scheduling.strata.sh/groups]: "team-b/train" is a gang of namespace "team-b"; a group lists only gangs of its own namespace, "ml"`,
+		},
+		{
 			name: "PodGroup spec",
 			path: PodGroupsPath, kind: podGroupKind,
 			bad:  `{"metadata":{"name":"train","namespace":"ml"},"spec":{"minMember":8,"scheduleTimeoutSeconds":0}}`,

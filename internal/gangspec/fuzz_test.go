@@ -11,7 +11,7 @@ import (
 // FuzzParse feeds arbitrary values to every gang annotation, under
 // Strata's prefix or Koordinator's, and holds Parse to its contract: it
 // never panics; every error names a gang annotation key; the group holds
-// the gang itself, sorted, each gang once, each a namespace/name;
+// the gang itself, sorted, each gang once, all of the gang's namespace;
 // the match policy is one of the three; a timeout is never negative; and
 // what an annotation's error rejected keeps its default.
 func FuzzParse(f *testing.F) {
@@ -42,8 +42,8 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("group %q: want the gang itself, sorted, each once", s.Group)
 		}
 		for _, g := range s.Group {
-			if strings.Count(g, "/") != 1 {
-				t.Fatalf("group %q holds %q, not a namespace/name", s.Group, g)
+			if !strings.HasPrefix(g, gang.Namespace+"/") || strings.Count(g, "/") != 1 {
+				t.Fatalf("group %q holds %q, not a gang of namespace %s", s.Group, g, gang.Namespace)
 			}
 		}
 		if !slices.Contains([]string{MatchOnlyWaiting, MatchWaitingAndRunning, MatchOnceSatisfied}, s.MatchPolicy) {

@@ -23,7 +23,8 @@ const (
 	// {"gatherStrategy":[{"layer":"BlockLayer","strategy":"PreferGather","podCountMultiple":8}]}.
 	KeyNetworkTopologySpec = "network-topology-spec"
 	// KeyGroups lists the gangs admitted together, as a JSON array of
-	// "namespace/name" (the gang itself included or not).
+	// "name" or "namespace/name" (the gang itself included or not), all
+	// in the gang's own namespace.
 	KeyGroups = "groups"
 	// KeyMatchPolicy says which members count toward minMember for members
 	// that arrive late: only-waiting, waiting-and-running (default) or
@@ -118,7 +119,7 @@ type Spec struct {
 	// annotation is absent or wrong.
 	Rules []topotree.Rule
 	// Group lists the keys of every gang admitted together, the gang's
-	// own included, sorted.
+	// own included, sorted; all of the gang's namespace.
 	Group []string
 	// MatchPolicy is one of the Match constants (waiting-and-running by
 	// default).
@@ -203,6 +204,12 @@ func MinAvailable(ann map[string]string) (int, *Error) {
 
 // parseGroups reads the groups annotation: the gang's own key and the
 // others', namespace-qualified, without duplicates, sorted.
+//
+// A group stays in its gang's namespace. The gangs of a group release,
+// allow and report on each other, so an entry naming another namespace's
+// gang would let one tenant reject the waiting members of another's gang
+// and write its status: the first such entry is an error, and every such
+// entry is left out of the group.
 func parseGroups(ann map[string]string, gang Gang) ([]string, *Error) {
 	group := []string{gang.Key}
 	v, from, ok := Annotation(ann, KeyGroups)
@@ -213,10 +220,17 @@ func parseGroups(ann map[string]string, gang Gang) ([]string, *Error) {
 	if err := json.Unmarshal([]byte(v), &members); err != nil {
 		return group, errorf(from, "want a JSON array of \"namespace/name\": %v", err)
 	}
+	var bad *Error
 	seen := map[string]bool{gang.Key: true}
 	for _, m := range members {
 		if !strings.Contains(m, "/") {
 			m = gang.Namespace + "/" + m
+		}
+		if ns, _, _ := strings.Cut(m, "/"); ns != gang.Namespace {
+			if bad == nil {
+				bad = errorf(from, "%q is a gang of namespace %q; a group lists only gangs of its own namespace, %q", m, ns, gang.Namespace)
+			}
+			continue
 		}
 		if !seen[m] {
 			seen[m] = true
@@ -224,5 +238,5 @@ func parseGroups(ann map[string]string, gang Gang) ([]string, *Error) {
 		}
 	}
 	sort.Strings(group)
-	return group, nil
+	return group, bad
 }

@@ -12,7 +12,7 @@ import (
 func TestParseReadsEveryKey(t *testing.T) {
 	s, errs := Parse(map[string]string{
 		"gang.scheduling.koordinator.sh/network-topology-spec": `{"gatherStrategy":[{"layer":"BlockLayer","strategy":"MustGather","podCountMultiple":4}]}`,
-		"scheduling.strata.sh/groups":                          `["ps", "ml/train", "other/x"]`,
+		"scheduling.strata.sh/groups":                          `["ps", "ml/train", "ml/eval"]`,
 		"scheduling.strata.sh/match-policy":                    MatchOnlyWaiting,
 		"scheduling.strata.sh/waiting-time":                    "5m",
 		"gang.scheduling.koordinator.sh/mode":                  ModeNonStrict,
@@ -23,7 +23,7 @@ func TestParseReadsEveryKey(t *testing.T) {
 	}
 	want := Spec{
 		Rules:       []topotree.Rule{{Layer: "BlockLayer", Strategy: topotree.MustGather, PodCountMultiple: 4}},
-		Group:       []string{"ml/ps", "ml/train", "other/x"},
+		Group:       []string{"ml/eval", "ml/ps", "ml/train"},
 		MatchPolicy: MatchOnlyWaiting,
 		Timeout:     5 * time.Minute,
 		NonStrict:   true,
@@ -66,6 +66,44 @@ func TestParseReportsEveryError(t *testing.T) {
 	}
 	if s.Rules != nil || s.MatchPolicy != MatchWaitingAndRunning || s.Timeout != 0 || len(s.Group) != 1 {
 		t.Errorf("spec %+v, want the defaults", s)
+	}
+}
+
+// A group stays in its gang's namespace: an entry naming another
+// namespace's gang is refused with the entry named, and left out of the
+// group, so that no reader of the Spec ever acts on that gang.
+func TestGroupsRefuseOtherNamespaces(t *testing.T) {
+	tests := map[string]struct {
+		groups    string
+		want      string
+		wantGroup []string
+	}{
+		"other namespace": {`["ps", "team-b/train"]`,
+			`annotation gang.scheduling.koordinator.sh/groups: "team-b/train" is a gang of namespace "team-b"; a group lists only gangs of its own namespace, "ml"`,
+			[]string{"ml/ps", "ml/train"}},
+		"first of several named": {`["team-b/x", "team-c/y", "ml/ps"]`,
+			`annotation gang.scheduling.koordinator.sh/groups: "team-b/x" is a gang of namespace "team-b"; a group lists only gangs of its own namespace, "ml"`,
+			[]string{"ml/ps", "ml/train"}},
+		"empty namespace": {`["/ps"]`,
+			`annotation gang.scheduling.koordinator.sh/groups: "/ps" is a gang of namespace ""; a group lists only gangs of its own namespace, "ml"`,
+			[]string{"ml/train"}},
+		"own namespace": {`["ml/ps", "eval"]`, "", []string{"ml/eval", "ml/ps", "ml/train"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s, errs := Parse(map[string]string{"gang.scheduling.koordinator.sh/groups": tc.groups},
+				Gang{Namespace: "ml", Key: "ml/train", MinMember: 1})
+			var got string
+			if len(errs) > 0 {
+				got = errs[0].Error()
+			}
+			if len(errs) > 1 || got != tc.want {
+				t.Errorf("errors %q, want %q", errs, tc.want)
+			}
+			if diff := cmp.Diff(tc.wantGroup, s.Group); diff != "" {
+				t.Errorf("group (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

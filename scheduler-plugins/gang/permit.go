@@ -41,9 +41,14 @@ const ReasonBindFailed = "BindFailed"
 
 // Permit implements fwk.PermitPlugin.
 func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) (*fwk.Status, time.Duration) {
-	g := p.gangOf(pod)
+	g := p.confined(p.gangOf(pod))
 	if g == nil || g.upstream {
 		return nil, 0
+	}
+	if g.err != nil {
+		// The group changed since PreEnqueue (a gang stopped listing
+		// this one): never complete it without that gang.
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, g.err.Error()), 0
 	}
 	logger := klog.FromContext(ctx)
 	p.mu.Lock()
@@ -68,6 +73,18 @@ func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 		spec := g
 		if key != g.key {
 			spec = p.specByKey(key, nil)
+		}
+		if spec.err != nil {
+			// A gang of the group that cannot be read (its PodGroup not
+			// seen yet, a refused annotation) has no minMember to count
+			// against: the group is not complete without it.
+			p.waitGen[pod.UID] = gen
+			p.mu.Unlock()
+			logger.V(4).Info("Gang member waits for a gang of its group", "pod", klog.KObj(pod), "gang", key, "err", spec.err)
+			time.AfterFunc(g.timeout, func() {
+				p.releaseRound(g, gen, fmt.Sprintf("gang %s: %v; released the members that waited", key, spec.err))
+			})
+			return fwk.NewStatus(fwk.Wait, fmt.Sprintf("gang %s: %v", key, spec.err)), g.timeout + permitGrace
 		}
 		have := waiting[key]
 		if spec.matchPolicy != MatchOnlyWaiting {
@@ -103,7 +120,7 @@ func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 	for _, k := range g.group {
 		p.markSatisfied(g, k)
 		delete(p.plans, k)
-		delete(p.nominations, k)
+		p.clearNomination(k)
 		delete(p.failures, k)
 	}
 	p.mu.Unlock()
@@ -124,7 +141,9 @@ func (p *Plugin) forgetPod(uid types.UID) {
 	p.mu.Lock()
 	delete(p.allowed, uid)
 	delete(p.waitGen, uid)
+	delete(p.rejected, uid)
 	p.mu.Unlock()
+	p.jobs.ForgetPod(uid)
 }
 
 // forgetGang drops what the plugin keeps about a gang whose last pod is
@@ -136,7 +155,7 @@ func (p *Plugin) forgetGang(key string) {
 	delete(p.failures, key)
 	delete(p.satisfied, key)
 	delete(p.incarnations, key)
-	delete(p.nominations, key)
+	p.clearNomination(key)
 	delete(p.gen, key)
 	p.sortMu.Lock()
 	delete(p.sortCache, key)
@@ -151,7 +170,7 @@ func (p *Plugin) Unreserve(_ context.Context, state fwk.CycleState, pod *corev1.
 		// No plan, no Permit round: nothing to undo.
 		return
 	}
-	g := p.gangOf(pod)
+	g := p.confined(p.gangOf(pod))
 	if g == nil {
 		return
 	}
@@ -163,10 +182,15 @@ func (p *Plugin) Unreserve(_ context.Context, state fwk.CycleState, pod *corev1.
 		}
 	}
 	_, wasAllowed := p.allowed[pod.UID]
+	released := p.rejected[pod.UID]
 	delete(p.allowed, pod.UID)
 	delete(p.waitGen, pod.UID)
+	delete(p.rejected, pod.UID)
 	p.mu.Unlock()
 	switch {
+	case released:
+		// Rejected by the plugin with the rest of its round, which is
+		// over: the group may be in a new round by now.
 	case g.upstream:
 		// An upstream group's cycle reserves and unreserves every member
 		// while it tries placements; its failures are the in-tree plugin's.
@@ -210,7 +234,12 @@ func (p *Plugin) releaseLocked(g *gangSpec, why string) {
 	group := sets.New(g.group...)
 	p.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
 		if group.Has(gangKeyOf(wp.GetPod())) {
-			delete(p.waitGen, wp.GetPod().UID)
+			uid := wp.GetPod().UID
+			delete(p.waitGen, uid)
+			if p.rejected == nil {
+				p.rejected = map[types.UID]bool{}
+			}
+			p.rejected[uid] = true
 			wp.Reject(Name, why)
 		}
 	})
@@ -226,8 +255,8 @@ func (p *Plugin) Tracked() map[string][]string {
 	for k := range p.plans {
 		out["plan"] = append(out["plan"], k)
 	}
-	for k := range p.nominations {
-		out["nomination"] = append(out["nomination"], k)
+	if gangs := p.jobs.Gangs(); len(gangs) > 0 {
+		out["nomination"] = gangs
 	}
 	for k := range p.failures {
 		out["failure"] = append(out["failure"], k)

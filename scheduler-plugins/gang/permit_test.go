@@ -94,10 +94,10 @@ func newTestPlugin(t *testing.T, pods []*corev1.Pod) (*Plugin, *fakeHandle) {
 	p := &Plugin{
 		handle: h, pods: corelisters.NewPodLister(idx), podIndex: idx, src: &sources{podGroups: emptyLister{}},
 		status: makeStatusWriter(nil, nil, statusRateLimiter()),
-		plans:  map[string]*plan{}, nominations: map[string]*nomination{}, failures: map[string]failure{}, satisfied: map[string]bool{},
+		plans:  map[string]*plan{}, failures: map[string]failure{}, satisfied: map[string]bool{},
 		gen: map[string]uint64{}, waitGen: map[types.UID]uint64{}, allowed: map[types.UID]string{}, sortCache: map[string]sortEntry{},
 	}
-	p.rebuild.Do(func() {})
+	p.jobs = newPreemptor(p)
 	return p, h
 }
 
@@ -119,6 +119,42 @@ func permit(t *testing.T, p *Plugin, h *fakeHandle, pod *corev1.Pod) *fwk.Status
 		h.waiting[pod.UID] = &fakeWaitingPod{pod: pod}
 	}
 	return st
+}
+
+// TestRejectedMembersDoNotReleaseTheNextRound: the plugin releases a
+// round and rejects its waiting members; their Unreserve comes later,
+// from the binding cycles, when the next round may have begun. It must
+// not release that round: only a member that fails in its own round
+// does.
+func TestRejectedMembersDoNotReleaseTheNextRound(t *testing.T) {
+	pods := annotatedGang("job", 3, "1h")
+	p, h := newTestPlugin(t, pods)
+	for _, m := range pods[:2] {
+		if st := permit(t, p, h, m); st.Code() != fwk.Wait {
+			t.Fatalf("%s: %v, want Wait", m.Name, st)
+		}
+	}
+	p.releaseGroup(p.gangOf(pods[0]), "member job-2 could not be placed")
+	for _, m := range pods[:2] {
+		delete(h.waiting, m.UID) // the framework drops them
+	}
+	if st := permit(t, p, h, pods[2]); st.Code() != fwk.Wait {
+		t.Fatalf("job-2 in the next round: %v, want Wait", st)
+	}
+	for _, m := range pods[:2] {
+		p.Unreserve(context.Background(), nil, m, "node-a")
+	}
+	if r := h.waiting[pods[2].UID].rejected; r != "" {
+		t.Errorf("job-2 rejected by the Unreserve of a member of the round before: %q", r)
+	}
+	if len(p.rejected) != 0 {
+		t.Errorf("rejections left behind: %v", p.rejected)
+	}
+	// A member that fails in the current round still releases it.
+	p.Unreserve(context.Background(), nil, pods[0], "node-a")
+	if h.waiting[pods[2].UID].rejected == "" {
+		t.Error("a member that failed in the current round did not release it")
+	}
 }
 
 // TestPermitNeverLetsAPartialGangGo: two of three members wait; the gang
@@ -222,7 +258,7 @@ func TestGangStateGoesWithItsPods(t *testing.T) {
 	permit(t, p, h, pods[0])
 	permit(t, p, h, pods[1])
 	p.failures["default/job"] = failure{msg: "old"}
-	p.nominations["default/job"] = &nomination{}
+	p.nominateForTest("default/job")
 	for _, m := range pods {
 		if err := p.podIndex.Delete(m); err != nil {
 			t.Fatal(err)
@@ -230,8 +266,8 @@ func TestGangStateGoesWithItsPods(t *testing.T) {
 		p.forgetPod(m.UID)
 	}
 	p.forgetGang("default/job")
-	if len(p.plans)+len(p.failures)+len(p.satisfied)+len(p.nominations)+len(p.gen)+len(p.allowed)+len(p.waitGen) != 0 {
+	if len(p.plans)+len(p.failures)+len(p.satisfied)+len(p.jobs.Gangs())+len(p.gen)+len(p.allowed)+len(p.waitGen) != 0 {
 		t.Errorf("state left: plans %v failures %v satisfied %v nominations %v gen %v allowed %v waitGen %v",
-			p.plans, p.failures, p.satisfied, p.nominations, p.gen, p.allowed, p.waitGen)
+			p.plans, p.failures, p.satisfied, p.jobs.Gangs(), p.gen, p.allowed, p.waitGen)
 	}
 }

@@ -269,6 +269,7 @@ func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, 
 	}
 	prio := corev1helpers.PodPriority(pod)
 	blocked := p.reservedNodes(prio, g.key).Union(p.plannedNodes(prio, g.key))
+	logger.V(2).Info("DEBUGBLOCKED", "gang", g.key, "reserved", sets.List(p.reservedNodes(prio, g.key)), "planned", sets.List(p.plannedNodes(prio, g.key)), "noms", p.jobs.Gangs())
 	res, err := p.place(ctx, g, shapes, placed, nodes, tree, nil, p.probesFor(ctx, shapes), blocked)
 	if err != nil {
 		msg := fmt.Sprintf("gang %s: %v", g.key, err)

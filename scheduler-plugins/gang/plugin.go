@@ -28,6 +28,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 
 	"github.com/strata-sh/strata/internal/gangspec"
+	"github.com/strata-sh/strata/scheduler-plugins/gang/internal/jobpreempt"
 )
 
 // Name of the plugin in the scheduler configuration.
@@ -41,8 +42,8 @@ type Plugin struct {
 	src      *sources
 	capacity *capacityEstimator
 	status   *statusWriter
-	// evictRetry spaces the tries of a refused eviction.
-	evictRetry time.Duration
+	// jobs is job-level preemption: victims, evictions, nominations.
+	jobs *jobpreempt.Preemptor
 	// upstream lists scheduling.k8s.io/v1beta1 PodGroups, composites
 	// v1alpha3 CompositePodGroups; nil when the cluster does not serve
 	// them (GenericWorkload, CompositePodGroup gates).
@@ -55,8 +56,6 @@ type Plugin struct {
 
 	mu    sync.Mutex
 	plans map[string]*plan
-	// nominations are preemptions in flight, by gang.
-	nominations map[string]*nomination
 	// failures holds the last placement failure of each gang, which
 	// PostFilter reports once it knows whether preemption helps.
 	failures map[string]failure
@@ -73,8 +72,10 @@ type Plugin struct {
 	waitGen map[types.UID]uint64
 	// allowed holds members let go by Permit until they are bound.
 	allowed map[types.UID]string
-	// rebuild restores nominations once after a start.
-	rebuild sync.Once
+	// rejected holds the waiting members the plugin itself rejected when
+	// it released their round, until their Unreserve: that round is over
+	// already, and a later one must not be released for them.
+	rejected map[types.UID]bool
 	// profiles tells which profiles schedule gangs.
 	profiles profiles
 	// sortCache holds each gang's queue order by the version of its
@@ -133,21 +134,19 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle, fts feature.Featur
 		return nil, err
 	}
 	p := &Plugin{
-		handle:      h,
-		pods:        informer.Lister(),
-		podIndex:    informer.Informer().GetIndexer(),
-		src:         newSources(ctx, dyn),
-		capacity:    newCapacityEstimator(h.SharedDRAManager(), fts),
-		pdbLister:   h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
-		plans:       map[string]*plan{},
-		nominations: map[string]*nomination{},
-		evictRetry:  evictRetryAfter,
-		failures:    map[string]failure{},
-		satisfied:   map[string]bool{},
-		gen:         map[string]uint64{},
-		waitGen:     map[types.UID]uint64{},
-		allowed:     map[types.UID]string{},
-		sortCache:   map[string]sortEntry{},
+		handle:    h,
+		pods:      informer.Lister(),
+		podIndex:  informer.Informer().GetIndexer(),
+		src:       newSources(ctx, dyn),
+		capacity:  newCapacityEstimator(h.SharedDRAManager(), fts),
+		pdbLister: h.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
+		plans:     map[string]*plan{},
+		failures:  map[string]failure{},
+		satisfied: map[string]bool{},
+		gen:       map[string]uint64{},
+		waitGen:   map[types.UID]uint64{},
+		allowed:   map[types.UID]string{},
+		sortCache: map[string]sortEntry{},
 	}
 	if fts.EnableGenericWorkload {
 		p.upstream = h.SharedInformerFactory().Scheduling().V1beta1().PodGroups().Lister()
@@ -156,6 +155,8 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle, fts feature.Featur
 		p.composites = h.SharedInformerFactory().Scheduling().V1alpha3().CompositePodGroups().Lister()
 	}
 	p.status = newStatusWriter(ctx, p.src, h.EventRecorder())
+	p.jobs = newPreemptor(p)
+	go p.jobs.Run(ctx)
 	// The scheduler's own informer for PodGroups and this plugin's are
 	// different: the event that retries a member can come before the
 	// plugin sees the PodGroup, and the member would be judged on the old
@@ -185,8 +186,18 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle, fts feature.Featur
 	// completes a gang wakes the members PreEnqueue held back.
 	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == "" {
+			pod, ok := obj.(*corev1.Pod)
+			if !ok {
+				return
+			}
+			p.jobs.ObservePod(pod)
+			if pod.Spec.NodeName == "" {
 				p.wakeGroup(klog.FromContext(ctx), gangKeyOf(pod))
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				p.jobs.ObservePod(pod)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -339,7 +350,7 @@ func (p *Plugin) specVersion(key string) string {
 // Scheduled condition and an event on it, or, for a gang declared on pods
 // alone, an event on the pod.
 func (p *Plugin) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
-	g := p.gangOf(pod)
+	g := p.confined(p.gangOf(pod))
 	if g == nil || g.upstream {
 		return nil
 	}
@@ -502,7 +513,7 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *corev1.Pod
 // preemption); otherwise nothing is evicted. Pods that are not in a gang
 // are left to the default preemption.
 func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	g := p.gangOf(pod)
+	g := p.confined(p.gangOf(pod))
 	if g == nil || g.upstream {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}

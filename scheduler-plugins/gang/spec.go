@@ -1,6 +1,8 @@
 package gang
 
 import (
+	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,7 +64,9 @@ type gangSpec struct {
 	timeout   time.Duration
 	rules     []topotree.Rule
 	// group lists the keys of every gang admitted together, self included,
-	// sorted.
+	// sorted, all of the gang's namespace (gangspec refuses others). The
+	// plugin acts on a group only through confined, which keeps the gangs
+	// that list this one back.
 	group       []string
 	matchPolicy string
 	// nonStrict keeps waiting members waiting when another member cannot
@@ -182,4 +186,44 @@ func specFromUpstream(pg *schedulingv1beta1.PodGroup, ancestors []*schedulingv1a
 	// Strata's annotations work on upstream PodGroups too.
 	g.fill(pg.Namespace, pg.Annotations)
 	return g
+}
+
+// confined returns g with its group cut to the gangs that consent to it:
+// those that list g back in their own groups annotation.
+//
+// A gang acts on the other gangs of its group: one of its members that
+// cannot be placed rejects their waiting members, the member that
+// completes the group lets them go, writes their PodGroups Scheduled and
+// drops their preemption reservations. A gang that names another in its
+// annotation must not get that power over it alone. A listed gang that
+// exists and does not list g back is therefore left out, and g fails with
+// an error naming both (binding g without it would break the
+// all-or-nothing g asked for). A listed gang with neither a PodGroup nor
+// pods yet stays: there is nothing of it to act on, and g waits for it as
+// for any missing member.
+func (p *Plugin) confined(g *gangSpec) *gangSpec {
+	if g == nil || g.upstream || len(g.group) < 2 {
+		return g
+	}
+	c := *g
+	c.group = make([]string, 0, len(g.group))
+	for _, k := range g.group {
+		if k == g.key || p.listsBack(k, g.key) {
+			c.group = append(c.group, k)
+			continue
+		}
+		c.fail(fmt.Errorf("gang %s lists %s in its %s annotation, but %s does not list %s back: "+
+			"gangs are admitted together only when each lists the others", g.key, k, KeyGroups, k, g.key))
+	}
+	return &c
+}
+
+// listsBack reports whether gang k lists key in its group, or does not
+// exist yet.
+func (p *Plugin) listsBack(k, key string) bool {
+	o := p.specByKey(k, nil)
+	if slices.Contains(o.group, key) {
+		return true
+	}
+	return o.podGroup == nil && !o.upstream && len(p.members(k)) == 0
 }
