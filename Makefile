@@ -61,7 +61,7 @@ e2e:
 ## SOAK_NODES simulated DGX nodes under a three-tier network, with leader
 ## failovers, refused and slowed writes and API server restarts on a
 ## random schedule; prints a summary. Not part of make test, whose e2e
-## runs a one-minute version on 8 nodes (scheduler restarts, no faults).
+## runs a one-minute version on 8 nodes with the same failovers and faults.
 ## SOAK_SEED replays a run.
 SOAK_DURATION ?= 30m
 SOAK_NODES ?= 500
