@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -268,9 +269,9 @@ func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, 
 		return fail(err.Error(), true, err)
 	}
 	prio := corev1helpers.PodPriority(pod)
-	blocked := p.reservedNodes(prio, g.key).Union(p.plannedNodes(prio, g.key))
-	logger.V(2).Info("DEBUGBLOCKED", "gang", g.key, "reserved", sets.List(p.reservedNodes(prio, g.key)), "planned", sets.List(p.plannedNodes(prio, g.key)), "noms", p.jobs.Gangs())
-	res, err := p.place(ctx, g, shapes, placed, nodes, tree, nil, p.probesFor(ctx, shapes), blocked)
+	group := p.confined(g).group
+	blocked := p.reservedOutside(prio, g.key, group).Union(p.plannedNodes(prio, g.key, group))
+	res, err := p.place(ctx, g, shapes, placed, nodes, tree, p.groupRoom(ctx, g.key, group, nodes), p.probesFor(ctx, shapes), blocked)
 	if err != nil {
 		msg := fmt.Sprintf("gang %s: %v", g.key, err)
 		var tf *topology.Failure
@@ -287,15 +288,19 @@ func (p *Plugin) computePlan(ctx context.Context, pod *corev1.Pod, g *gangSpec, 
 	return &plan{created: time.Now(), remaining: res.byShape, assigned: map[types.UID]slot{}, where: where, priority: prio}, nil
 }
 
-// plannedNodes lists the nodes where live plans of other gangs of at least
-// prio still expect members: two gangs planned one after the other must
-// not both count the same room and then both time out half reserved.
-func (p *Plugin) plannedNodes(prio int32, gang string) sets.Set[string] {
+// plannedNodes lists the nodes where live plans of gangs outside the
+// gang's group (its confined group, the gang itself included), of at
+// least prio, still expect members: two gangs planned one after the other
+// must not both count the same room and then both time out half
+// reserved. The gangs of its own group are placed together: the room
+// their plans expect is counted by groupRoom instead.
+func (p *Plugin) plannedNodes(prio int32, gang string, group []string) sets.Set[string] {
+	in := sets.New(group...)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := sets.New[string]()
 	for key, pl := range p.plans {
-		if key == gang || pl.priority < prio || time.Since(pl.created) > planTTL {
+		if key == gang || in.Has(key) || pl.priority < prio || time.Since(pl.created) > planTTL {
 			continue
 		}
 		for _, nodes := range pl.remaining {
@@ -304,6 +309,132 @@ func (p *Plugin) plannedNodes(prio int32, gang string) sets.Set[string] {
 					out.Insert(n)
 				}
 			}
+		}
+	}
+	return out
+}
+
+// reservedOutside lists the nodes whose freed room is nominated to gangs
+// outside the gang's group and reserved against prio. Room nominated to
+// a gang of the group does not keep the group's other gangs off a node:
+// they are placed together, and the nominated members' room is counted by
+// groupRoom. (After a restart, the nominated nodes the scheduler before
+// wrote for members it held in Permit come back as nominations too.)
+//
+// Nominations are looked up by the gang they leave out: a node that is
+// no longer listed when a gang of the group is left out is held by that
+// gang alone. A node held by more than one gang stays blocked unless no
+// gang outside the group holds a nomination at all.
+func (p *Plugin) reservedOutside(prio int32, gang string, group []string) sets.Set[string] {
+	out := p.reservedNodes(prio, gang)
+	if len(group) < 2 || out.Len() == 0 {
+		return out
+	}
+	if sets.New(group...).IsSuperset(sets.New(p.jobs.Gangs()...)) {
+		return sets.New[string]()
+	}
+	every := p.reservedNodes(prio, "")
+	for _, k := range group {
+		if k != gang {
+			out = out.Difference(every.Difference(p.reservedNodes(prio, k)))
+		}
+	}
+	return out
+}
+
+// groupRoom returns the room the other gangs of the gang's group are
+// expected to take, as an adjustment for place (nil: none): the members
+// their live plans still expect, per node, and, for a gang without a live
+// plan that holds a nomination, its members on their nominated nodes.
+// Only members neither bound, held in Permit nor let go count: the others
+// are in the snapshot already. A gang whose room cannot be worked out
+// (its claims not created yet) is left out; its own plan finds out why.
+func (p *Plugin) groupRoom(ctx context.Context, gang string, group []string, nodes []fwk.NodeInfo) *adjustment {
+	if len(group) < 2 {
+		return nil
+	}
+	byName := make(map[string]fwk.NodeInfo, len(nodes))
+	for _, ni := range nodes {
+		byName[ni.Node().Name] = ni
+	}
+	var adj *adjustment
+	for _, k := range group {
+		if k == gang {
+			continue
+		}
+		for _, e := range p.expectedRoom(k) {
+			if next, err := p.capacity.consume(ctx, e.pod, e.nodes, byName, adj); err == nil {
+				adj = next
+			} else {
+				klog.FromContext(ctx).V(4).Info("Room of a gang of the group not counted", "gang", gang, "other", k, "err", err)
+			}
+		}
+	}
+	return adj
+}
+
+// expected is where members of one shape of a gang are expected: pod is
+// one of them, nodes counts them per node.
+type expected struct {
+	pod   *corev1.Pod
+	nodes map[string]int
+}
+
+// expectedRoom lists, per shape, where a gang's pending members are
+// expected: where its live plan still has room for them or, without one,
+// on their nominated nodes while the gang holds a nomination.
+func (p *Plugin) expectedRoom(key string) []expected {
+	members := p.members(key)
+	allowed := sets.New[types.UID]()
+	p.mu.Lock()
+	for _, m := range members {
+		if _, ok := p.allowed[m.UID]; ok {
+			allowed.Insert(m.UID)
+		}
+	}
+	p.mu.Unlock()
+	pending := map[string]*corev1.Pod{}
+	nominated := map[string]map[string]int{}
+	for _, m := range members {
+		if m.Spec.NodeName != "" || allowed.Has(m.UID) || p.isWaiting(m.UID) {
+			continue
+		}
+		k := shapeKey(m)
+		if pending[k] == nil || m.Name < pending[k].Name {
+			pending[k] = m
+		}
+		if n := m.Status.NominatedNodeName; n != "" {
+			if nominated[k] == nil {
+				nominated[k] = map[string]int{}
+			}
+			nominated[k][n]++
+		}
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	byShape := map[string]map[string]int{}
+	p.mu.Lock()
+	if pl := p.plans[key]; pl != nil && time.Since(pl.created) <= planTTL {
+		for shape, nodes := range pl.remaining {
+			for n, c := range nodes {
+				if c > 0 {
+					if byShape[shape] == nil {
+						byShape[shape] = map[string]int{}
+					}
+					byShape[shape][n] = c
+				}
+			}
+		}
+	}
+	p.mu.Unlock()
+	if len(byShape) == 0 && p.jobs.Nominated(key) {
+		byShape = nominated
+	}
+	var out []expected
+	for _, shape := range slices.Sorted(maps.Keys(byShape)) {
+		if pod := pending[shape]; pod != nil {
+			out = append(out, expected{pod: pod, nodes: byShape[shape]})
 		}
 	}
 	return out
@@ -362,4 +493,35 @@ func (p *Plugin) tree(nodes []fwk.NodeInfo) (*topotree.Tree, error) {
 		}
 	}
 	return topotree.Build(layers, in), nil
+}
+
+// reservedStateKey carries reservedOutside from PreFilter to Filter for
+// a member of a gang group while gangs hold nominations.
+const reservedStateKey fwk.StateKey = Name + "/reserved-outside-group"
+
+type reservedState struct{ nodes sets.Set[string] }
+
+func (s *reservedState) Clone() fwk.StateData { return s }
+
+// noteReservedOutside records for Filter which nominated room the
+// member's group must leave alone.
+func (p *Plugin) noteReservedOutside(state fwk.CycleState, pod *corev1.Pod, g *gangSpec) {
+	if len(g.group) < 2 || !p.hasNominations() {
+		return
+	}
+	group := p.confined(g).group
+	state.Write(reservedStateKey, &reservedState{nodes: p.reservedOutside(corev1helpers.PodPriority(pod), g.key, group)})
+}
+
+// leftToGroup reports whether the room nominated on node is held only for
+// gangs of the member's own group, as PreFilter found.
+func leftToGroup(state fwk.CycleState, node string) bool {
+	if state == nil {
+		return false
+	}
+	v, err := state.Read(reservedStateKey)
+	if err != nil {
+		return false
+	}
+	return !v.(*reservedState).nodes.Has(node)
 }

@@ -412,6 +412,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 	}
 	shape := shapeKey(pod)
 	state.Write(shapeStateKey, shapeState(shape))
+	p.noteReservedOutside(state, pod, g)
 	p.mu.Lock()
 	pl := p.plans[g.key]
 	var room sets.Set[string]
@@ -477,7 +478,7 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *corev1.Pod
 		return nil
 	}
 	key := gangKeyOf(pod)
-	if holder := p.reservedFor(ni.Node().Name, corev1helpers.PodPriority(pod), key); holder != "" {
+	if holder := p.reservedFor(ni.Node().Name, corev1helpers.PodPriority(pod), key); holder != "" && !leftToGroup(state, ni.Node().Name) {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node's freed room is reserved for gang %s", holder))
 	}
 	if key == "" || isUpstreamMember(state) {

@@ -174,9 +174,12 @@ func (j *Preemptor) ReservedFor(node string, prio int32, gang string) string {
 }
 
 // rebuildNominations restores, once, the preemptions in flight when the
-// scheduler (re)started: a gang's room from its members'
-// status.nominatedNodeName, its victims from the terminating pods whose
-// DisruptionTarget condition names the gang. Victims that start
+// scheduler (re)started: a gang preempted if some pod carries a
+// DisruptionTarget condition naming it (marked for eviction, deleted or
+// not yet); its room is read from its pending members'
+// status.nominatedNodeName, its victims are the terminating pods among
+// those. A nominated node alone proves nothing: kube-scheduler also
+// writes it for members it holds in Permit. Victims that start
 // terminating later come in through ObservePod.
 func (j *Preemptor) rebuildNominations() {
 	j.rebuild.Do(func() {
@@ -185,10 +188,16 @@ func (j *Preemptor) rebuildNominations() {
 		if err != nil {
 			return
 		}
+		preempted := sets.New[string]()
+		for _, pod := range pods {
+			if gang := j.victimOf(pod); gang != "" {
+				preempted.Insert(gang)
+			}
+		}
 		j.mu.Lock()
 		defer j.mu.Unlock()
 		for _, pod := range pods {
-			if key := j.host.GangOf(pod); key != "" && pod.Spec.NodeName == "" && pod.Status.NominatedNodeName != "" {
+			if key := j.host.GangOf(pod); preempted.Has(key) && pod.Spec.NodeName == "" && pod.Status.NominatedNodeName != "" {
 				nom := j.byGang[key]
 				if nom == nil {
 					nom = NewNomination(corev1helpers.PodPriority(pod), nil)

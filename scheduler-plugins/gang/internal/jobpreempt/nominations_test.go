@@ -99,7 +99,14 @@ func TestNominationsRebuiltAfterRestart(t *testing.T) {
 
 // evictedFor marks a pod terminating, evicted for gang.
 func evictedFor(p *corev1.Pod, gang string) *corev1.Pod {
+	p = markedFor(p, gang)
 	p.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	return p
+}
+
+// markedFor gives a pod the DisruptionTarget condition of a victim of
+// gang, as the scheduler writes it before the delete.
+func markedFor(p *corev1.Pod, gang string) *corev1.Pod {
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
 		Reason: corev1.PodReasonPreemptionByScheduler, Message: "StrataGang: preempted to make room for gang " + gang}}
 	return p
@@ -116,7 +123,7 @@ func evictedFor(p *corev1.Pod, gang string) *corev1.Pod {
 func TestVictimsObservedAfterTheRebuild(t *testing.T) {
 	member := pod("hp-0", "hp", "")
 	member.Status.NominatedNodeName = "h100-0"
-	j, h := newTestPreemptor(t, nil, member, pod("hp-1", "hp", ""), pod("lp-0", "lp", ""), pod("holder-0", "", "h100-0"))
+	j, h := newTestPreemptor(t, nil, member, pod("hp-1", "hp", ""), pod("lp-0", "lp", ""), markedFor(pod("holder-0", "", "h100-0"), "default/hp"))
 	j.rebuild, j.rebuilt = sync.Once{}, atomic.Bool{} // a scheduler that starts
 	j.ObservePod(evictedFor(pod("early", "", "h100-0"), "default/hp"))
 	if len(j.Gangs()) != 0 {
@@ -156,17 +163,17 @@ func TestVictimsObservedAfterTheRebuild(t *testing.T) {
 }
 
 // A restored nomination whose room cannot be used once its victims are
-// gone (the scheduler before stopped between its dry runs and its
-// deletes, or between two deletes) does not back off: it is dropped,
-// its members' nominated nodes queued to be cleared, and the gang plans
-// its preemption again at once.
+// gone (the scheduler before stopped between marking its victims and
+// deleting them, or between two deletes) does not back off: it is
+// dropped, its members' nominated nodes queued to be cleared, and the
+// gang plans its preemption again at once.
 func TestRestoredNominationPlansAgain(t *testing.T) {
 	member := pod("hp-0", "hp", "")
 	member.Status.NominatedNodeName = "h100-0"
-	j, h := newTestPreemptor(t, nil, member, pod("hp-1", "hp", ""), pod("holder-0", "", "h100-0"))
+	j, h := newTestPreemptor(t, nil, member, pod("hp-1", "hp", ""), markedFor(pod("holder-0", "", "h100-0"), "default/hp"))
 	j.rebuild, j.rebuilt = sync.Once{}, atomic.Bool{}
 	if !j.Any() {
-		t.Fatal("no nomination restored from the member's nominated node")
+		t.Fatal("no nomination restored from the member's nominated node and the marked victim")
 	}
 	ctx := context.Background()
 	if got := j.Pending(ctx, "default/hp"); !strings.Contains(got, "trying again in the room they left") || h.retries() != 1 {
@@ -180,5 +187,18 @@ func TestRestoredNominationPlansAgain(t *testing.T) {
 	}
 	if got := j.writer.queue.Len(); got != 1 {
 		t.Errorf("%d nominations queued to be cleared, want 1 (the member nominated)", got)
+	}
+}
+
+// kube-scheduler writes status.nominatedNodeName on members it holds in
+// Permit too: without a pod marked as evicted for the gang, a nominated
+// member restores nothing, and its gang's room is not kept from others.
+func TestNominatedMembersAloneRestoreNothing(t *testing.T) {
+	held := pod("ps-0", "ps", "")
+	held.Status.NominatedNodeName = "gpu-0"
+	j, _ := newTestPreemptor(t, nil, held, pod("ps-1", "ps", ""), markedFor(pod("old", "", "gpu-1"), "default/other"))
+	j.rebuild, j.rebuilt = sync.Once{}, atomic.Bool{}
+	if j.Any() || j.ReservedFor("gpu-0", 0, "") != "" {
+		t.Errorf("nominations %v restored from a member held in Permit", j.Gangs())
 	}
 }
