@@ -123,7 +123,10 @@ func TestGangSoak(t *testing.T) {
 	t.Logf("seed %d (STRATA_SOAK_SEED=%d replays it), %s of churn on %d nodes", seed, seed, duration, nodes)
 
 	s := &soak{rng: rand.New(rand.NewPCG(uint64(seed), 0)), gangs: map[string]*soakGang{}, violations: map[string]string{}, gone: map[string]time.Time{}}
-	s.live, s.batch = max(6, nodes/4), max(1, nodes/50)
+	// A gang asks for 14 GPUs on average: 3 live gangs per 4 nodes ask
+	// for about 1.3 times the cluster's GPUs, so that gangs of higher
+	// priority preempt, as 6 gangs do on 8 nodes.
+	s.live, s.batch = max(6, nodes*3/4), max(1, nodes/50)
 	faults := os.Getenv("STRATA_SOAK_FAULTS") != "0"
 	var opts controlplane.Options
 	if faults {
