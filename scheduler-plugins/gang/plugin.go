@@ -104,6 +104,7 @@ var (
 	_ fwk.PlacementGeneratePlugin  = (*Plugin)(nil)
 	_ fwk.PlacementScorePlugin     = (*Plugin)(nil)
 	_ fwk.PlacementScoreExtensions = (*Plugin)(nil)
+	_ fwk.PodGroupPostFilterPlugin = (*Plugin)(nil)
 )
 
 // cores holds one plugin state per scheduler: kube-scheduler creates a
@@ -198,6 +199,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle, fts feature.Featur
 		UpdateFunc: func(_, obj any) {
 			if pod, ok := obj.(*corev1.Pod); ok {
 				p.jobs.ObservePod(pod)
+				p.observeBound(pod)
 			}
 		},
 		DeleteFunc: func(obj any) {

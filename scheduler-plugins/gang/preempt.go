@@ -55,10 +55,23 @@ func (h jobHost) Claims() fwk.ResourceClaimTracker {
 // evicts nothing. See README.md. It makes no API write: evictions and
 // nominated nodes are written in the background.
 func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fwk.PostFilterResult, *fwk.Status) {
-	logger := klog.FromContext(ctx)
 	if pod.Spec.PreemptionPolicy != nil && *pod.Spec.PreemptionPolicy == corev1.PreemptNever {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("%s; preemptionPolicy is Never, so nothing was evicted", p.lastFailure(g.key).msg))
 	}
+	nominated, st := p.preemptFor(ctx, pod, g, []*corev1.Pod{pod})
+	if !st.IsSuccess() {
+		return nil, st
+	}
+	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: nominated[pod.UID], NominatingMode: fwk.ModeOverride}}, st
+}
+
+// preemptFor is preempt once the gang may preempt at all, for pod, the
+// member being scheduled. The scheduler writes the nominated nodes of
+// the members in cycle itself (the pods of its scheduling cycle): they
+// are returned by UID. Those of the gang's other pending members are
+// written in the background.
+func (p *Plugin) preemptFor(ctx context.Context, pod *corev1.Pod, g *gangSpec, cycle []*corev1.Pod) (map[types.UID]string, *fwk.Status) {
+	logger := klog.FromContext(ctx)
 	if f := p.lastFailure(g.key); f.final {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, f.msg)
 	}
@@ -76,7 +89,7 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
-	tree, err := p.tree(nodes)
+	tree, err := p.treeFor(g, nodes)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
@@ -133,12 +146,17 @@ func (p *Plugin) preempt(ctx context.Context, pod *corev1.Pod, g *gangSpec) (*fw
 		}
 	}
 	observeVictims(cost.Pods, len(set))
-	mine, others := p.assignNominations(g, plan.byShape, pod)
+	mine, others := p.assignNominations(g, plan.byShape, cycle)
 	// The nomination keeps other pods off the room from now on; the API
 	// writes do not hold up the scheduling loop.
-	p.jobs.Begin(ctx, g.key, nom, evict, others, pod, mine)
-	p.status.preempted(g, fmt.Sprintf("evicting %s: %s", cost.String(), strings.Join(names, ", ")))
-	return &fwk.PostFilterResult{NominatingInfo: &fwk.NominatingInfo{NominatedNodeName: mine, NominatingMode: fwk.ModeOverride}}, fwk.NewStatus(fwk.Success)
+	p.jobs.Begin(ctx, g.key, nom, evict, others, nil, "")
+	nominated := make(map[types.UID]string, len(mine))
+	for m, node := range mine {
+		p.jobs.Supersede(m, node)
+		nominated[m.UID] = node
+	}
+	p.announcePreempted(g, fmt.Sprintf("evicting %s: %s", cost.String(), strings.Join(names, ", ")))
+	return nominated, fwk.NewStatus(fwk.Success)
 }
 
 // jobOf returns how victims are grouped into jobs: a gang with all its
@@ -241,9 +259,10 @@ func (p *Plugin) roomBound(ctx context.Context, shapes []*shape, nodes []fwk.Nod
 }
 
 // assignNominations gives every pending member a node of its shape's
-// plan (members in name order onto nodes in name order): the preemptor's
-// node, and the others' to write.
-func (p *Plugin) assignNominations(g *gangSpec, byShape map[string]map[string]int, preemptor *corev1.Pod) (string, map[*corev1.Pod]string) {
+// plan (members in name order onto nodes in name order): the nodes of
+// the members in cycle, which the scheduler writes, and the others' to
+// write.
+func (p *Plugin) assignNominations(g *gangSpec, byShape map[string]map[string]int, cycle []*corev1.Pod) (map[*corev1.Pod]string, map[*corev1.Pod]string) {
 	slots := map[string][]string{}
 	for shape, nodes := range byShape {
 		for _, n := range sortedNodes(nodes) {
@@ -259,7 +278,11 @@ func (p *Plugin) assignNominations(g *gangSpec, byShape map[string]map[string]in
 		}
 	}
 	sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
-	mine, others := "", map[*corev1.Pod]string{}
+	inCycle := sets.New[types.UID]()
+	for _, c := range cycle {
+		inCycle.Insert(c.UID)
+	}
+	mine, others := map[*corev1.Pod]string{}, map[*corev1.Pod]string{}
 	for _, m := range members {
 		shape := shapeKey(m)
 		if len(slots[shape]) == 0 {
@@ -267,8 +290,8 @@ func (p *Plugin) assignNominations(g *gangSpec, byShape map[string]map[string]in
 		}
 		node := slots[shape][0]
 		slots[shape] = slots[shape][1:]
-		if m.UID == preemptor.UID {
-			mine = node // the scheduler writes the preemptor's own nomination
+		if inCycle.Has(m.UID) {
+			mine[m] = node
 		} else {
 			others[m] = node
 		}
