@@ -318,8 +318,7 @@ func (p *Plugin) plannedNodes(prio int32, gang string, group []string) sets.Set[
 // outside the gang's group and reserved against prio. Room nominated to
 // a gang of the group does not keep the group's other gangs off a node:
 // they are placed together, and the nominated members' room is counted by
-// groupRoom. (After a restart, the nominated nodes the scheduler before
-// wrote for members it held in Permit come back as nominations too.)
+// groupRoom.
 //
 // Nominations are looked up by the gang they leave out: a node that is
 // no longer listed when a gang of the group is left out is held by that

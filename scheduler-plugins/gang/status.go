@@ -2,6 +2,7 @@ package gang
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -75,6 +76,11 @@ type desiredCondition struct {
 	cond    metav1.Condition
 	clear   bool
 	written bool
+	// at is when the condition was decided: a condition the PodGroup got
+	// later, from another scheduler (a standby's plugin sees pods reach
+	// its queue too, and a leader that took over decides on its own), is
+	// not overwritten with it.
+	at time.Time
 }
 
 func (d desiredCondition) is(c metav1.Condition) bool {
@@ -167,6 +173,10 @@ func (w *statusWriter) processNext(ctx context.Context) bool {
 	switch {
 	case err == nil:
 		w.queue.Forget(key)
+	case err == errSuperseded:
+		logger.V(2).Info("PodGroup shows a later condition; not overwritten", "podGroup", klog.KRef(key.namespace, key.name), "condition", d.cond.Reason)
+		w.markWritten(key, d)
+		w.queue.Forget(key)
 	case apierrors.IsNotFound(err):
 		logger.V(2).Info("PodGroup is gone; its status is not written", "podGroup", klog.KRef(key.namespace, key.name))
 		w.forget(key)
@@ -191,7 +201,11 @@ func (w *statusWriter) write(ctx context.Context, key podGroupKey, d desiredCond
 		cond := d.cond
 		cond.ObservedGeneration = pg.Generation
 		cond.LastTransitionTime = metav1.Now()
-		if old := meta.FindStatusCondition(pg.Status.Conditions, cond.Type); old != nil && old.Status == cond.Status {
+		old := meta.FindStatusCondition(pg.Status.Conditions, cond.Type)
+		if old != nil && !sameCondition(*old, cond) && old.LastTransitionTime.After(d.at.Truncate(time.Second)) {
+			return errSuperseded
+		}
+		if old != nil && old.Status == cond.Status {
 			cond.LastTransitionTime = old.LastTransitionTime
 		}
 		c, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&cond)
@@ -227,11 +241,26 @@ func (w *statusWriter) write(ctx context.Context, key podGroupKey, d desiredCond
 		w.queue.Add(other)
 		return nil
 	}
+	w.markWrittenLocked(key, d)
+	return nil
+}
+
+// errSuperseded: the PodGroup shows a condition set after the one to
+// write was decided.
+var errSuperseded = errors.New("the PodGroup shows a later condition")
+
+// markWritten records d as written, unless key wants something newer.
+func (w *statusWriter) markWritten(key podGroupKey, d desiredCondition) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.markWrittenLocked(key, d)
+}
+
+func (w *statusWriter) markWrittenLocked(key podGroupKey, d desiredCondition) {
 	if cur, ok := w.desired[key]; ok && cur == d {
 		cur.written = true
 		w.desired[key] = cur
 	}
-	return nil
 }
 
 func (w *statusWriter) send(g *gangSpec, cond metav1.Condition, eventType string) {
@@ -253,7 +282,7 @@ func (w *statusWriter) send(g *gangSpec, cond metav1.Condition, eventType string
 			}
 		}
 	}
-	w.desired[key] = desiredCondition{cond: cond}
+	w.desired[key] = desiredCondition{cond: cond, at: time.Now()}
 	w.mu.Unlock()
 	w.queue.Add(key)
 	ref := &corev1.ObjectReference{APIVersion: schedulingv1alpha1.GroupVersion.String(), Kind: "PodGroup",

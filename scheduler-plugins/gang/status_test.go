@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -301,4 +302,55 @@ func TestStatusWriterDoesNotWriteARecreatedPodGroup(t *testing.T) {
 			t.Errorf("PodGroup %s shows %v of the deleted one (writes %q)", uid, c, writes())
 		}
 	})
+}
+
+// TestStatusWriterDoesNotOverwriteALaterCondition: a condition decided
+// before the PodGroup got another one (a standby's plugin sees pods reach
+// its queue too and decides they wait; the leader then lets the gang go)
+// is not written over it, while one decided after is.
+func TestStatusWriterDoesNotOverwriteALaterCondition(t *testing.T) {
+	pg := testPodGroup("job", "uid-1")
+	ctx, dyn, w := newStatusTest(t, pg)
+	writes := recordWrites(dyn)
+	g := &gangSpec{key: "default/job", podGroup: pg}
+	w.waiting(g, nil, ReasonWaitingForMembers, "gang default/job has 1 of 2 pods; waiting for 1 more member")
+
+	// The leader's condition, decided later, reaches the PodGroup first.
+	later := pg.DeepCopy()
+	later.Status.Conditions = []metav1.Condition{{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionTrue,
+		Reason: ReasonScheduled, Message: "all members placed", LastTransitionTime: metav1.NewTime(time.Now().Add(2 * time.Second))}}
+	if _, err := dyn.Resource(podGroupsGVR).Namespace("default").Update(ctx, toUnstructured(t, later), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		got := w.src.podGroup("default", "job")
+		return got != nil && len(got.Status.Conditions) == 1, nil
+	}); err != nil {
+		t.Fatal("the informer never showed the leader's condition")
+	}
+	drain(ctx, w)
+	if _, c := scheduledCondition(t, ctx, dyn, "job"); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Scheduled condition %+v, want the leader's True kept", c)
+	}
+	if got := writes()["job"]; len(got) != 0 {
+		t.Errorf("writes %q over a later condition, want none", got)
+	}
+
+	// A condition decided after the PodGroup's is written.
+	earlier := later.DeepCopy()
+	earlier.Status.Conditions[0].LastTransitionTime = metav1.NewTime(time.Now().Add(-10 * time.Second))
+	if _, err := dyn.Resource(podGroupsGVR).Namespace("default").Update(ctx, toUnstructured(t, earlier), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		got := w.src.podGroup("default", "job")
+		return got != nil && got.Status.Conditions[0].LastTransitionTime.Before(&later.Status.Conditions[0].LastTransitionTime), nil
+	}); err != nil {
+		t.Fatal("the informer never showed the older condition")
+	}
+	w.unschedulable(g, "member job-1 was deleted")
+	drain(ctx, w)
+	if got := writes()["job"]; !slices.Equal(got, []string{"member job-1 was deleted"}) {
+		t.Errorf("writes %q, want the new condition", got)
+	}
 }
