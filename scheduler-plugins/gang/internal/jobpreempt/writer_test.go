@@ -95,7 +95,7 @@ func fastWriter(t *testing.T, j *Preemptor) {
 
 func waitFor(t *testing.T, what string, f func() bool) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return f(), nil
 	}); err != nil {
 		t.Fatalf("never: %s", what)
