@@ -55,7 +55,7 @@ unit:
 	$(GO) test -count=1 $(filter-out $(RACE_HEAVY),$(HEAVY_PKGS))
 
 e2e:
-	$(GO) test -count=1 -timeout 30m $$($(GO) list ./tests/... | grep -v /tests/realnode)
+	$(GO) test -count=1 -timeout 45m $$($(GO) list ./tests/... | grep -v /tests/realnode)
 
 ## soak: the randomized gang soak (TestGangSoak) for SOAK_DURATION on
 ## SOAK_NODES simulated DGX nodes under a three-tier network, with leader

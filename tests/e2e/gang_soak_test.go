@@ -123,10 +123,13 @@ func TestGangSoak(t *testing.T) {
 	t.Logf("seed %d (STRATA_SOAK_SEED=%d replays it), %s of churn on %d nodes", seed, seed, duration, nodes)
 
 	s := &soak{rng: rand.New(rand.NewPCG(uint64(seed), 0)), gangs: map[string]*soakGang{}, violations: map[string]string{}, gone: map[string]time.Time{}}
-	// A gang asks for 14 GPUs on average: 3 live gangs per 4 nodes ask
-	// for about 1.3 times the cluster's GPUs, so that gangs of higher
-	// priority preempt, as 6 gangs do on 8 nodes.
-	s.live, s.batch = max(6, nodes*3/4), max(1, nodes/50)
+	// A gang asks for 14 GPUs on average: a live gang per 2 nodes asks
+	// for seven eighths of the cluster's GPUs, which whole-node members
+	// and block rules fragment, so that gangs of higher priority preempt
+	// (6 gangs on 8 nodes ask for more than there is). A batch per 100
+	// nodes keeps the churn within what one scheduler on two cores
+	// places.
+	s.live, s.batch = max(6, nodes/2), max(1, nodes/100)
 	faults := os.Getenv("STRATA_SOAK_FAULTS") != "0"
 	var opts controlplane.Options
 	if faults {
