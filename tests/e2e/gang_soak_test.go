@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
@@ -184,18 +186,24 @@ func TestGangSoak(t *testing.T) {
 
 	// No more churn: every gang left must settle (whole or explained),
 	// then, once all are deleted, nothing may stay behind.
-	e.eventually(2*soakSettle+time.Duration(nodes)*100*time.Millisecond, "the gangs left settle", func(context.Context) (bool, error) {
+	// A run that does not settle still gets its summary below.
+	var unsettled []string
+	if err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, 2*soakSettle+time.Duration(nodes)*100*time.Millisecond, true, func(context.Context) (bool, error) {
 		s.check()
+		unsettled = unsettled[:0]
 		for _, g := range s.gangs {
-			if !g.deleted && !g.preempted && !g.scheduled && !g.pending.IsZero() && time.Since(g.pending) < soakSettle {
-				return false, nil
-			}
-			if !g.deleted && !g.partial.IsZero() {
-				return false, nil
+			switch {
+			case !g.deleted && !g.preempted && !g.scheduled && !g.pending.IsZero() && time.Since(g.pending) < soakSettle:
+				unsettled = append(unsettled, g.name+" (pending)")
+			case !g.deleted && !g.partial.IsZero():
+				unsettled = append(unsettled, g.name+" (partly bound)")
 			}
 		}
-		return true, nil
-	})
+		return len(unsettled) == 0, nil
+	}); err != nil {
+		slices.Sort(unsettled)
+		t.Errorf("the gangs left did not settle: %v", unsettled)
+	}
 	for _, g := range s.gangs {
 		if !g.deleted {
 			s.delete(g)
