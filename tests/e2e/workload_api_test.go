@@ -53,13 +53,7 @@ nodeGroups:
 // no block binds nothing. Feature gates are process-wide, so the test
 // runs itself again in a child process with the gates on.
 func TestUpstreamWorkloadAPI(t *testing.T) {
-	if os.Getenv(workloadEnv) == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestUpstreamWorkloadAPI$", "-test.v")
-		cmd.Env = append(os.Environ(), workloadEnv+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("workload-API run failed: %v\n%s", err, tail(out, 4000))
-		}
+	if !inGatedChild(t) {
 		return
 	}
 	e := startClusterWith(t, twoSpines, controlplane.Options{
@@ -165,6 +159,23 @@ func TestUpstreamWorkloadAPI(t *testing.T) {
 	}
 }
 
+// inGatedChild reports whether this process is the child that runs a
+// test with the workload API's gates on. Gates are process-wide: in the
+// parent it runs the test again in a child process, fails the test with
+// the child's output if the child failed, and returns false.
+func inGatedChild(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(workloadEnv) != "" {
+		return true
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v")
+	cmd.Env = append(os.Environ(), workloadEnv+"=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("run with the workload API's gates failed: %v\n%s", err, tail(out, 6000))
+	}
+	return false
+}
+
 func tail(b []byte, n int) string {
 	if len(b) > n {
 		b = b[len(b)-n:]
@@ -180,13 +191,7 @@ func tail(b []byte, n int) string {
 // members land wherever there is room). In a child process, because
 // gates are process-wide.
 func TestStrataSimFeatureGates(t *testing.T) {
-	if os.Getenv(workloadEnv) == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestStrataSimFeatureGates$", "-test.v")
-		cmd.Env = append(os.Environ(), workloadEnv+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("feature-gate run failed: %v\n%s", err, tail(out, 4000))
-		}
+	if !inGatedChild(t) {
 		return
 	}
 	r := runSim(t, sim.RunOptions{ClusterFile: examplesDir + "/workloads/cluster.yaml", Manifests: []string{examplesDir + "/workload-api"},

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -107,13 +105,7 @@ func (e *env) preemptedEvents(podGroup string) []string {
 // process-wide, so the test runs itself again in a child process with
 // the workload API on.
 func TestUpstreamGangPreemption(t *testing.T) {
-	if os.Getenv(workloadEnv) == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestUpstreamGangPreemption$", "-test.v")
-		cmd.Env = append(os.Environ(), workloadEnv+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("workload-API run failed: %v\n%s", err, tail(out, 6000))
-		}
+	if !inGatedChild(t) {
 		return
 	}
 	t.Run("GPUHolders", testUpstreamGangPreemptsGPUHolders)
