@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/strata-sh/strata/scheduler-plugins/internal/queueworkers"
+
 	schedulingv1alpha1 "github.com/strata-sh/strata/api/scheduling/v1alpha1"
 )
 
@@ -141,16 +143,7 @@ func (w *statusWriter) forget(key podGroupKey) {
 // (ctx is done, so it fails fast) and what is still queued is left, as
 // the scheduler is stopping.
 func (w *statusWriter) run(ctx context.Context, workers int) {
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for w.processNext(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	w.queue.ShutDown()
-	wg.Wait()
+	queueworkers.Run(ctx, workers, w.queue.ShutDown, w.processNext)
 }
 
 // processNext writes one queued PodGroup; false once the queue is shut

@@ -15,6 +15,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/strata-sh/strata/scheduler-plugins/internal/queueworkers"
 )
 
 // nominationWorkers is how many pods' nominated nodes are written at
@@ -118,16 +120,7 @@ func (w *nominationWriter) forget(uid types.UID) {
 // ends, then shuts the queue down: what is still queued is left, as the
 // scheduler is stopping.
 func (w *nominationWriter) run(ctx context.Context, workers int) {
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for w.processNext(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	w.queue.ShutDown()
-	wg.Wait()
+	queueworkers.Run(ctx, workers, w.queue.ShutDown, w.processNext)
 }
 
 // processNext writes one queued pod; false once the queue is shut down.
