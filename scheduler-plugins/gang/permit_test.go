@@ -77,7 +77,7 @@ func annotatedGang(name string, n int, timeout string) []*corev1.Pod {
 }
 
 // newTestPlugin builds the plugin over a fake handle and a pod index.
-func newTestPlugin(t *testing.T, pods []*corev1.Pod) (*Plugin, *fakeHandle) {
+func newTestPlugin(t testing.TB, pods []*corev1.Pod) (*Plugin, *fakeHandle) {
 	t.Helper()
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{gangIndex: func(obj any) ([]string, error) {
 		if k := gangKeyOf(obj.(*corev1.Pod)); k != "" {

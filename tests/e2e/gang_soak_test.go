@@ -285,6 +285,7 @@ func (s *soak) failover() {
 	if err := cp.KillScheduler(leader); err != nil {
 		s.e.t.Fatalf("kill the scheduler leader: %v", err)
 	}
+	s.e.t.Logf("%s: killed the leader %s", time.Now().Format("15:04:05.000"), leader)
 	s.failovers++
 }
 
@@ -304,10 +305,14 @@ func (s *soak) fault() time.Time {
 			s.e.t.Fatalf("restart the API server: %v", err)
 		}
 		s.apiRestarts++
+		s.e.t.Logf("%s: restarted the API server", time.Now().Format("15:04:05.000"))
 		return time.Now()
 	}
-	cp.SetFault(faults[s.rng.IntN(len(faults))])
-	return time.Now().Add(s.jitter(3*time.Second, 8*time.Second))
+	f := faults[s.rng.IntN(len(faults))]
+	cp.SetFault(f)
+	ends := time.Now().Add(s.jitter(3*time.Second, 8*time.Second))
+	s.e.t.Logf("%s: fault %+v until %s", time.Now().Format("15:04:05.000"), f, ends.Format("15:04:05.000"))
+	return ends
 }
 
 func (s *soak) jitter(lo, hi time.Duration) time.Duration {
@@ -458,7 +463,51 @@ func (s *soak) violate(key, msg string) {
 	if _, seen := s.violations[key]; !seen {
 		s.violations[key] = fmt.Sprintf("%s: %s", time.Now().Format("15:04:05.000"), msg)
 		s.e.t.Logf("violation: %s", msg)
+		if _, gangName, ok := strings.Cut(key, "/"); ok && s.gangs[gangName] != nil {
+			s.explain(gangName)
+		}
 	}
+}
+
+// explain logs what a violating gang's pods and PodGroup show, and what
+// the leader holds of it, so that a long run's violation can be read
+// without replaying it.
+func (s *soak) explain(name string) {
+	e := s.e
+	var b strings.Builder
+	fmt.Fprintf(&b, "gang %s at %s, leader %q:", name, time.Now().Format("15:04:05.000"), e.sim.ControlPlane.SchedulerLeader())
+	pods, err := e.client.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{LabelSelector: soakLabel + "=" + name})
+	if err == nil {
+		for _, p := range pods.Items {
+			fmt.Fprintf(&b, "\n  pod %s node=%q nominated=%q gates=%d", p.Name, p.Spec.NodeName, p.Status.NominatedNodeName, len(p.Spec.SchedulingGates))
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled {
+					fmt.Fprintf(&b, " PodScheduled=%s %s %q at %s", c.Status, c.Reason, c.Message, c.LastTransitionTime.Format("15:04:05"))
+				}
+			}
+		}
+	}
+	var pg schedulingv1alpha1.PodGroup
+	if err := s.cr.Get(e.ctx, client.ObjectKey{Namespace: "default", Name: name}, &pg); err == nil {
+		for _, c := range pg.Status.Conditions {
+			fmt.Fprintf(&b, "\n  podgroup %s=%s %s %q at %s", c.Type, c.Status, c.Reason, c.Message, c.LastTransitionTime.Format("15:04:05"))
+		}
+	}
+	if s.reps != nil {
+		for _, w := range s.reps.waiting(e.sim.ControlPlane.SchedulerLeader()) {
+			if strings.HasPrefix(w, name+"-") {
+				fmt.Fprintf(&b, "\n  waiting in Permit: %s", w)
+			}
+		}
+	}
+	for kind, keys := range s.tracked() {
+		for _, k := range keys {
+			if k == "default/"+name {
+				fmt.Fprintf(&b, "\n  leader tracks a %s", kind)
+			}
+		}
+	}
+	e.t.Log(b.String())
 }
 
 // check looks at the cluster once and records what breaks an invariant.
