@@ -46,6 +46,11 @@ type capacityEstimator struct {
 type sliceHash struct {
 	resourceVersion string
 	sum             [32]byte
+	// positions hashes each device of the slice by the slice's content
+	// and the device's place in it, by device name: two identical nodes
+	// whose drivers name devices after the node have the same devices in
+	// use when the same places are in use.
+	positions map[string]uint64
 }
 
 func newCapacityEstimator(dra fwk.SharedDRAManager, fts feature.Features) *capacityEstimator {
@@ -593,7 +598,7 @@ func memoSafe(claims []*resourceapi.ResourceClaim) bool {
 				sels = append(sels, s.Selectors...)
 			}
 			for _, s := range sels {
-				if s.CEL != nil && strings.Contains(strings.ToLower(s.CEL.Expression), "uuid") {
+				if s.CEL != nil && (strings.Contains(strings.ToLower(s.CEL.Expression), "uuid") || strings.Contains(s.CEL.Expression, "device.name")) {
 					return false
 				}
 			}

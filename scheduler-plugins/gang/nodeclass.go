@@ -35,6 +35,8 @@ func (e *capacityEstimator) nodeClasses(resourceSlices []*resourceapi.ResourceSl
 		sum          [32]byte
 	}
 	perNode := map[string][]part{}
+	type poolID struct{ driver, pool string }
+	positions := map[poolID][]map[string]uint64{}
 	if len(e.sliceHashes) > 2*len(resourceSlices)+64 {
 		// Slices come and go with nodes and drivers: keep only the live
 		// ones' hashes.
@@ -52,18 +54,36 @@ func (e *capacityEstimator) nodeClasses(resourceSlices []*resourceapi.ResourceSl
 		}
 		h, ok := e.sliceHashes[s.UID]
 		if !ok || h.resourceVersion != s.ResourceVersion {
-			h = sliceHash{resourceVersion: s.ResourceVersion, sum: hashSlice(s)}
+			h = sliceHash{resourceVersion: s.ResourceVersion, sum: hashSlice(s), positions: make(map[string]uint64, len(s.Spec.Devices))}
+			var buf [40]byte
+			for i, d := range s.Spec.Devices {
+				copy(buf[:32], h.sum[:])
+				binary.LittleEndian.PutUint64(buf[32:], uint64(i))
+				h.positions[d.Name] = maphash.Bytes(deviceSeed, buf[:])
+			}
 			e.sliceHashes[s.UID] = h
 		}
 		perNode[*s.Spec.NodeName] = append(perNode[*s.Spec.NodeName], part{s.Spec.Driver, s.Spec.Pool.Name, h.sum})
+		id := poolID{s.Spec.Driver, s.Spec.Pool.Name}
+		positions[id] = append(positions[id], h.positions)
+	}
+	// device hashes a device in use by its place in its pool's slices;
+	// by its name when no slice of the pool lists it.
+	device := func(id poolID, name string) uint64 {
+		for _, p := range positions[id] {
+			if v, ok := p[name]; ok {
+				return v
+			}
+		}
+		return maphash.String(deviceSeed, name)
 	}
 	// The devices in use per pool, as an order-free sum of their hashes:
 	// no strings built or sorted per device, on every plan and every
 	// preemption simulation.
-	type poolID struct{ driver, pool string }
 	inUse := map[poolID]uint64{}
 	for id := range allocated.AllocatedDevices {
-		inUse[poolID{id.Driver.String(), id.Pool.String()}] += maphash.String(deviceSeed, id.Device.String())
+		pool := poolID{id.Driver.String(), id.Pool.String()}
+		inUse[pool] += device(pool, id.Device.String())
 	}
 	// Devices shared by several claims differ by how much of them is
 	// taken, not by which share ids hold them.
@@ -75,7 +95,8 @@ func (e *capacityEstimator) nodeClasses(resourceSlices []*resourceapi.ResourceSl
 			}
 		}
 		sort.Strings(parts)
-		inUse[poolID{id.Driver.String(), id.Pool.String()}] += maphash.String(deviceSeed, id.Device.String()+"{"+strings.Join(parts, ",")+"}")
+		pool := poolID{id.Driver.String(), id.Pool.String()}
+		inUse[pool] += device(pool, id.Device.String()) ^ maphash.String(deviceSeed, "{"+strings.Join(parts, ",")+"}")
 	}
 	out := make(map[string][32]byte, len(perNode))
 	for node, parts := range perNode {
@@ -119,7 +140,9 @@ func hashSlice(s *resourceapi.ResourceSlice) [32]byte {
 		}
 	}
 	for _, d := range s.Spec.Devices {
-		write(d.Name)
+		// Not the device's name: devices are told apart by their place
+		// in the slice (sliceHash.positions).
+		write("device")
 		for _, name := range sortedKeys(d.Attributes) {
 			if strings.Contains(strings.ToLower(string(name)), "uuid") {
 				continue

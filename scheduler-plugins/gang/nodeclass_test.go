@@ -34,6 +34,14 @@ func gpuSlice(node string, n int, memory string) *resourceapi.ResourceSlice {
 	return s
 }
 
+// nodeNamed prefixes each device's name with its slice's node.
+func nodeNamed(s *resourceapi.ResourceSlice) *resourceapi.ResourceSlice {
+	for i := range s.Spec.Devices {
+		s.Spec.Devices[i].Name = *s.Spec.NodeName + "-" + s.Spec.Devices[i].Name
+	}
+	return s
+}
+
 func allocated(devices ...structured.DeviceID) *structured.AllocatedState {
 	s := &structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.ConsumedCapacityCollection{}}
 	for _, d := range devices {
@@ -59,6 +67,12 @@ func TestNodeClasses(t *testing.T) {
 			allocated(structured.MakeDeviceID("gpu.strata.sh", "n1", "gpu-3"), structured.MakeDeviceID("gpu.strata.sh", "n2", "gpu-4")), false},
 		"in use on one only": {gpuSlice("n1", 8, "80Gi"), gpuSlice("n2", 8, "80Gi"),
 			allocated(structured.MakeDeviceID("gpu.strata.sh", "n1", "gpu-3")), false},
+		// Drivers that name devices after their node: the same places in
+		// use are the same class, other places are not.
+		"node-named devices, same place in use": {nodeNamed(gpuSlice("n1", 8, "80Gi")), nodeNamed(gpuSlice("n2", 8, "80Gi")),
+			allocated(structured.MakeDeviceID("gpu.strata.sh", "n1", "n1-gpu-3"), structured.MakeDeviceID("gpu.strata.sh", "n2", "n2-gpu-3")), true},
+		"node-named devices, other place in use": {nodeNamed(gpuSlice("n1", 8, "80Gi")), nodeNamed(gpuSlice("n2", 8, "80Gi")),
+			allocated(structured.MakeDeviceID("gpu.strata.sh", "n1", "n1-gpu-3"), structured.MakeDeviceID("gpu.strata.sh", "n2", "n2-gpu-4")), false},
 	}
 	for name, tc := range tests {
 		e := &capacityEstimator{sliceHashes: map[types.UID]sliceHash{}}

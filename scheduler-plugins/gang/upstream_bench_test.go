@@ -36,7 +36,9 @@ func BenchmarkGeneratePlacements(b *testing.B) {
 				node.Labels = map[string]string{rackLabel: fmt.Sprintf("rack-%03d", i/16)}
 				nodes[i] = framework.NewNodeInfo()
 				nodes[i].SetNode(node)
-				objs = append(objs, dct.GPUSlice(name, 8))
+				slice := dct.GPUSlice(name, 8)
+				slice.UID = types.UID(slice.Name)
+				objs = append(objs, slice)
 				if i%2 == 1 {
 					held := testutil.MakeClaimSpec().Request("gpus", gpuClass, 4).Claim("default", name+"-held")
 					objs = append(objs, dct.Allocate(held, name, 0, 1, 2, 3))
