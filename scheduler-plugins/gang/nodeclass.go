@@ -27,8 +27,9 @@ import (
 var deviceSeed = maphash.MakeSeed()
 
 // nodeClasses hashes, per node, the content of its slices (ignoring the
-// node name, pool name and device UUIDs) and the devices in use in its
-// pools: nodes with the same hash answer the same.
+// node name, pool name, device names and device UUIDs) and the devices in
+// use in its pools, each by its place in its slice: nodes with the same
+// hash answer the same.
 func (e *capacityEstimator) nodeClasses(resourceSlices []*resourceapi.ResourceSlice, allocated *structured.AllocatedState) map[string][32]byte {
 	type part struct {
 		driver, pool string
