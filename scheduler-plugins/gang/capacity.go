@@ -2,6 +2,7 @@ package gang
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -520,30 +522,54 @@ func (p pinnedTo) Match(node *corev1.Node) bool {
 // shared with a running pod): the member can only go where they are.
 func (e *capacityEstimator) allocatedOn(pod *corev1.Pod) (pinnedTo, error) {
 	var out pinnedTo
-	for _, pc := range pod.Spec.ResourceClaims {
-		name := ""
-		if pc.ResourceClaimName != nil {
-			name = *pc.ResourceClaimName
-		}
-		for _, st := range pod.Status.ResourceClaimStatuses {
-			if st.Name == pc.Name && st.ResourceClaimName != nil {
-				name = *st.ResourceClaimName
-			}
-		}
-		if name == "" {
+	for _, c := range e.allocatedClaims(pod) {
+		if c.claim.Status.Allocation.NodeSelector == nil {
 			continue
 		}
-		c, err := e.dra.ResourceClaims().Get(pod.Namespace, name)
-		if err != nil || c.Status.Allocation == nil || c.Status.Allocation.NodeSelector == nil {
-			continue
-		}
-		sel, err := nodeaffinity.NewNodeSelector(c.Status.Allocation.NodeSelector)
+		sel, err := nodeaffinity.NewNodeSelector(c.claim.Status.Allocation.NodeSelector)
 		if err != nil {
-			return nil, fmt.Errorf("ResourceClaim %s/%s: allocation node selector: %w", pod.Namespace, name, err)
+			return nil, fmt.Errorf("ResourceClaim %s/%s: allocation node selector: %w", pod.Namespace, c.claim.Name, err)
 		}
 		out = append(out, sel)
 	}
 	return out, nil
+}
+
+// allocationKey names the member's claims that are allocated already and
+// where each can be used; "" when none is.
+func (e *capacityEstimator) allocationKey(pod *corev1.Pod) string {
+	var b strings.Builder
+	for _, c := range e.allocatedClaims(pod) {
+		raw, _ := json.Marshal(c.claim.Status.Allocation.NodeSelector) // plain API type: cannot fail
+		fmt.Fprintf(&b, "%s=%s;", c.name, raw)
+	}
+	return b.String()
+}
+
+// podClaim is one of a pod's claims, by its name in the pod.
+type podClaim struct {
+	name  string
+	claim *resourceapi.ResourceClaim
+}
+
+// allocatedClaims returns the member's claims that hold an allocation,
+// in the pod's order. A claim that cannot be read is left out: the
+// member's plan fails on it elsewhere (memberClaims).
+func (e *capacityEstimator) allocatedClaims(pod *corev1.Pod) []podClaim {
+	var out []podClaim
+	for i := range pod.Spec.ResourceClaims {
+		pc := &pod.Spec.ResourceClaims[i]
+		name, _, err := resourceclaim.Name(pod, pc)
+		if err != nil || name == nil {
+			continue
+		}
+		c, err := e.dra.ResourceClaims().Get(pod.Namespace, *name)
+		if err != nil || c.Status.Allocation == nil {
+			continue
+		}
+		out = append(out, podClaim{name: pc.Name, claim: c})
+	}
+	return out
 }
 
 // draCapacity answers "how many copies of these claims fit on a node".

@@ -4,19 +4,26 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
 
+	"github.com/strata-sh/strata/internal/testutil"
 	"github.com/strata-sh/strata/scheduler-plugins/gang/internal/jobpreempt"
+	dct "github.com/strata-sh/strata/scheduler-plugins/internal/devicecount/devicecounttest"
 )
 
 // noClaims is a DRA manager of a cluster without DeviceClasses or
@@ -233,5 +240,76 @@ func TestReservedOutsideTheGroup(t *testing.T) {
 				t.Errorf("reservedOutside = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestMemberWithAllocatedClaimIsItsOwnShape: three workers of one
+// template need 8 GPUs each on nodes of 8. train-0's claim is allocated
+// on gpu-0 already (the scheduler that wrote it stopped before binding
+// the pod), so train-0 can only go there and needs no more devices,
+// while train-1 and train-2 need 8 free GPUs elsewhere. Whichever worker
+// the plan is computed for, it puts train-0 on gpu-0 and the other two
+// on gpu-1 and gpu-2. As one shape, the plan for train-0 sent all three
+// to gpu-0 (train-0 needs no devices), and the plan for train-1 found
+// two nodes for three members.
+func TestMemberWithAllocatedClaimIsItsOwnShape(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	var c gpuCluster
+	for i := 0; i < 3; i++ {
+		c.node(fmt.Sprintf("gpu-%d", i), nil)
+	}
+	var workers []*corev1.Pod
+	for i := 0; i < 3; i++ {
+		name := fmt.Sprintf("train-%d", i)
+		pod := testutil.MakePod(name).Req("1", "1Gi").ClaimTemplate("gpus", "train-gpus").Obj()
+		pod.UID = types.UID(name)
+		pod.Annotations = map[string]string{AnnotationPrefix + KeyName: "train", AnnotationPrefix + KeyMinAvailable: "3"}
+		pod.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "gpus", ResourceClaimName: ptr.To(name + "-gpus")}}
+		claim := testutil.MakeClaimSpec().Request("gpus", upstreamGPUClass, 8).Claim("default", name+"-gpus")
+		if i == 0 {
+			claim = dct.Allocate(claim, "gpu-0", 0, 1, 2, 3, 4, 5, 6, 7)
+			claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name, UID: pod.UID}}
+		}
+		c.claims = append(c.claims, claim)
+		c.pods = append(c.pods, pod)
+		workers = append(workers, pod)
+	}
+	p, _ := c.start(t)
+	p.src.topologies = noTopology{}
+	nodes, err := p.handle.SnapshotSharedLister().NodeInfos().List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.shapeOf(workers[0]) == p.shapeOf(workers[1]) {
+		t.Errorf("train-0, whose claim is allocated, has the shape of train-1, whose claim is not")
+	}
+	if p.shapeOf(workers[1]) != p.shapeOf(workers[2]) {
+		t.Errorf("train-1 and train-2 differ in shape; only their claims' names differ")
+	}
+	for _, pod := range workers {
+		pl, st := p.computePlan(ctx, pod, p.gangOf(pod), nodes)
+		if !st.IsSuccess() {
+			t.Errorf("plan for %s: %v", pod.Name, st)
+			continue
+		}
+		got := map[string]map[string]int{}
+		for _, w := range workers {
+			for n, k := range pl.remaining[p.shapeOf(w)] {
+				if k > 0 {
+					if got[w.Name] == nil {
+						got[w.Name] = map[string]int{}
+					}
+					got[w.Name][n] = k
+				}
+			}
+		}
+		want := map[string]map[string]int{
+			"train-0": {"gpu-0": 1},
+			"train-1": {"gpu-1": 1, "gpu-2": 1},
+			"train-2": {"gpu-1": 1, "gpu-2": 1},
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("plan for %s: room by member %v, want %v", pod.Name, got, want)
+		}
 	}
 }

@@ -56,7 +56,7 @@ func (p *Plugin) gangShapes(g *gangSpec, pod *corev1.Pod) ([]*shape, map[string]
 	byKey := map[string]*shape{}
 	placed := map[string]int{}
 	add := func(m *corev1.Pod) {
-		k := shapeKey(m)
+		k := p.shapeOf(m)
 		s := byKey[k]
 		if s == nil {
 			s = &shape{key: k, pod: m}
@@ -398,7 +398,7 @@ func (p *Plugin) expectedRoom(key string) []expected {
 		if m.Spec.NodeName != "" || allowed.Has(m.UID) || p.isWaiting(m.UID) {
 			continue
 		}
-		k := shapeKey(m)
+		k := p.shapeOf(m)
 		if pending[k] == nil || m.Name < pending[k].Name {
 			pending[k] = m
 		}

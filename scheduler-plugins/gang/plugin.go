@@ -412,7 +412,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 		}
 		return nil, nil
 	}
-	shape := shapeKey(pod)
+	shape := p.shapeOf(pod)
 	state.Write(shapeStateKey, shapeState(shape))
 	p.noteReservedOutside(state, pod, g)
 	p.mu.Lock()
@@ -486,7 +486,7 @@ func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, pod *corev1.Pod
 	if key == "" || isUpstreamMember(state) {
 		return nil
 	}
-	shape := shapeFromState(state, pod)
+	shape := p.shapeFromState(state, pod)
 	p.mu.Lock()
 	pl := p.plans[key]
 	left, where := 0, ""
@@ -587,7 +587,7 @@ func (p *Plugin) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Po
 	if key == "" || isUpstreamMember(state) {
 		return nil
 	}
-	shape := shapeFromState(state, pod)
+	shape := p.shapeFromState(state, pod)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pl := p.plans[key]; pl != nil && pl.remaining[shape] != nil {

@@ -284,7 +284,7 @@ func (p *Plugin) assignNominations(g *gangSpec, byShape map[string]map[string]in
 	}
 	mine, others := map[*corev1.Pod]string{}, map[*corev1.Pod]string{}
 	for _, m := range members {
-		shape := shapeKey(m)
+		shape := p.shapeOf(m)
 		if len(slots[shape]) == 0 {
 			continue
 		}

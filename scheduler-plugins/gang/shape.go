@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -74,9 +75,10 @@ func shapeKey(pod *corev1.Pod) string {
 }
 
 // sortShapes orders shapes by how hard their members are to place, so
-// that the scarcest room goes first: members with claims or extended
-// resources before those without, then the shape with more members, then
-// the key for a stable order.
+// that the scarcest room goes first: members whose claims are allocated
+// already (they can go to one place only), then members with claims or
+// extended resources before those without, then the shape with more
+// members, then the key for a stable order.
 func sortShapes(shapes []*shape) {
 	weight := func(s *shape) int {
 		w := len(s.pod.Spec.ResourceClaims)
@@ -89,6 +91,9 @@ func sortShapes(shapes []*shape) {
 	}
 	sort.SliceStable(shapes, func(i, j int) bool {
 		a, b := shapes[i], shapes[j]
+		if pa, pb := allocatedShape(a.key), allocatedShape(b.key); pa != pb {
+			return pa
+		}
 		if wa, wb := weight(a), weight(b); (wa > 0) != (wb > 0) {
 			return wa > 0
 		}
@@ -108,11 +113,41 @@ type shapeState string
 func (s shapeState) Clone() fwk.StateData { return s }
 
 // shapeFromState returns the shape PreFilter recorded, or computes it.
-func shapeFromState(state fwk.CycleState, pod *corev1.Pod) string {
+func (p *Plugin) shapeFromState(state fwk.CycleState, pod *corev1.Pod) string {
 	if state != nil {
 		if v, err := state.Read(shapeStateKey); err == nil {
 			return string(v.(shapeState))
 		}
 	}
-	return shapeKey(pod)
+	return p.shapeOf(pod)
 }
+
+// shapeOf is a member's shape: its shapeKey, and where its claims that
+// are allocated already can be used. Such a member (its bind failed
+// after PreBind wrote the allocation, or the scheduler that wrote it
+// stopped before binding) needs no more devices and goes only where its
+// allocation is, while the other members of its template need devices
+// anywhere: they are not interchangeable. Had they one shape, whichever
+// member the plan was computed for would decide for all of them — every
+// member sent to the allocation's node, or the allocated member sent
+// elsewhere — and the gang would be planned again and again where it
+// cannot go.
+func (p *Plugin) shapeOf(pod *corev1.Pod) string {
+	key := shapeKey(pod)
+	if p.capacity == nil {
+		return key
+	}
+	if pin := p.capacity.allocationKey(pod); pin != "" {
+		sum := sha256.Sum256([]byte(pin))
+		key += allocatedMark + hex.EncodeToString(sum[:8])
+	}
+	return key
+}
+
+// allocatedMark separates a shape's key from where its members' claims
+// are allocated.
+const allocatedMark = "@"
+
+// allocatedShape tells whether the members of a shape have claims
+// allocated already.
+func allocatedShape(key string) bool { return strings.Contains(key, allocatedMark) }
