@@ -415,6 +415,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev
 	shape := p.shapeOf(pod)
 	state.Write(shapeStateKey, shapeState(shape))
 	p.noteReservedOutside(state, pod, g)
+	p.retractScheduled(g)
 	p.mu.Lock()
 	pl := p.plans[g.key]
 	var room sets.Set[string]

@@ -3,6 +3,7 @@ package gang
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -308,6 +309,45 @@ func (w *statusWriter) forgetPod(uid types.UID) {
 
 func (w *statusWriter) scheduled(g *gangSpec) {
 	w.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: ReasonScheduled, Message: "all members placed"}, corev1.EventTypeNormal)
+}
+
+// ReasonScheduling: a gang whose PodGroup said Scheduled is being placed
+// again.
+const ReasonScheduling = "Scheduling"
+
+// retractScheduled takes back a PodGroup's Scheduled=True that no longer
+// holds: a member of the gang is being scheduled, fewer than minMember
+// members are bound, and this scheduler did not let the gang go. The
+// condition was written by a leader that stopped before the members
+// bound, or for an earlier run of the job whose pods were replaced;
+// left as it is, it would say "all members placed" of a gang whose pods
+// are all pending. The attempt's outcome (placed, unschedulable, waiting)
+// replaces it in turn.
+func (p *Plugin) retractScheduled(g *gangSpec) {
+	if g.podGroup == nil {
+		return
+	}
+	cond := meta.FindStatusCondition(g.podGroup.Status.Conditions, schedulingv1alpha1.ConditionScheduled)
+	if cond == nil || cond.Status != metav1.ConditionTrue {
+		return
+	}
+	p.mu.Lock()
+	satisfied := p.satisfied[g.key]
+	p.mu.Unlock()
+	if satisfied {
+		return
+	}
+	bound := 0
+	for _, m := range p.members(g.key) {
+		if m.Spec.NodeName != "" {
+			bound++
+		}
+	}
+	if bound >= g.minMember {
+		return
+	}
+	p.status.send(g, metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: ReasonScheduling,
+		Message: fmt.Sprintf("placing the gang again: %d of %d members bound", bound, g.minMember)}, corev1.EventTypeNormal)
 }
 
 // ReasonPreempted is the event reason of a job-level preemption.

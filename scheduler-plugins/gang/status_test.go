@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"maps"
 	"slices"
 	"sync"
@@ -352,5 +353,51 @@ func TestStatusWriterDoesNotOverwriteALaterCondition(t *testing.T) {
 	drain(ctx, w)
 	if got := writes()["job"]; !slices.Equal(got, []string{"member job-1 was deleted"}) {
 		t.Errorf("writes %q, want the new condition", got)
+	}
+}
+
+// TestStaleScheduledIsRetracted: a PodGroup says Scheduled=True ("all
+// members placed"), but none of its two members is bound: the scheduler
+// that let the gang go stopped before they bound, or the job replaced
+// its pods. When a member is scheduled again, the condition is taken
+// back; it stays when this scheduler let the gang go itself (binding is
+// under way) or when minMember members are bound.
+func TestStaleScheduledIsRetracted(t *testing.T) {
+	placed := metav1.Condition{Type: schedulingv1alpha1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: ReasonScheduled, Message: "all members placed"}
+	for name, tc := range map[string]struct {
+		bound     int
+		satisfied bool
+		want      string
+	}{
+		"none bound, let go by another scheduler": {want: "placing the gang again: 0 of 2 members bound"},
+		"one bound, let go by another scheduler":  {bound: 1, want: "placing the gang again: 1 of 2 members bound"},
+		"let go by this scheduler":                {satisfied: true, want: "all members placed"},
+		"minMember bound":                         {bound: 2, want: "all members placed"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pg := testPodGroup("train", "pg-uid", placed)
+			ctx, dyn, w := newStatusTest(t, pg)
+			var pods []*corev1.Pod
+			for i := 0; i < 2; i++ {
+				m := member("default", "train", i, 2, "")
+				if i < tc.bound {
+					m.Spec.NodeName = "node-0"
+				}
+				pods = append(pods, m)
+			}
+			p, _ := newTestPlugin(t, pods)
+			p.status = w
+			g := &gangSpec{key: "default/train", minMember: 2, podGroup: pg}
+			p.satisfied[g.key] = tc.satisfied
+			p.retractScheduled(g)
+			drain(ctx, w)
+			_, c := scheduledCondition(t, ctx, dyn, "train")
+			if c == nil || c.Message != tc.want {
+				t.Fatalf("Scheduled condition %+v, want the message %q", c, tc.want)
+			}
+			if tc.want != placed.Message && (c.Status != metav1.ConditionFalse || c.Reason != ReasonScheduling) {
+				t.Errorf("retracted as %s/%s, want False/%s", c.Status, c.Reason, ReasonScheduling)
+			}
+		})
 	}
 }

@@ -29,9 +29,11 @@ import (
 )
 
 // soakSettle is how long a gang may be partly bound, or pending without
-// a reason, and how long the plugin may keep state about a gang whose
-// pods are gone. It covers a scheduler restart (a few seconds on a small
-// machine) and a Permit round.
+// a reason, counted while a scheduler can act (a leader holds the Lease
+// and the API server runs: the time a failover or an API server restart
+// takes does not count), and how long the plugin may keep state about a
+// gang whose pods are gone. It covers a new leader's cache sync and a
+// Permit round.
 const soakSettle = 30 * time.Second
 
 // soakLabel names a pod's gang for the soak, whatever way the gang is
@@ -45,11 +47,13 @@ type soakGang struct {
 	pods    int
 	created time.Time
 	// partial is when the gang was first seen partly bound (zero while it
-	// is not); pending when first seen with no member bound.
-	partial, pending time.Time
-	scheduled        bool
-	preempted        bool
-	deleted          bool
+	// is not); pending when first seen with no member bound; partialDown
+	// and pendingDown what the soak's down clock showed then.
+	partial, pending         time.Time
+	partialDown, pendingDown time.Duration
+	scheduled                bool
+	preempted                bool
+	deleted                  bool
 }
 
 // soak drives the stream and checks the invariants.
@@ -71,9 +75,15 @@ type soak struct {
 	live, batch int
 	// failovers, faults and apiRestarts count what was survived.
 	failovers, faults, apiRestarts int
-	// longestPartial is the longest a gang was seen partly bound.
+	// longestPartial is the longest a gang was seen partly bound, in
+	// time the scheduler could act.
 	longestPartial time.Duration
-	violations     map[string]string
+	// down adds up the time no scheduler could act: no leader holds the
+	// Lease (a failover under way), or the API server is restarting.
+	// sampled is when check last looked at the leader.
+	down       time.Duration
+	sampled    time.Time
+	violations map[string]string
 	// gone is when the plugin was first seen keeping state about a gang
 	// with no pods left, by kind and gang.
 	gone map[string]time.Time
@@ -193,7 +203,7 @@ func TestGangSoak(t *testing.T) {
 		unsettled = unsettled[:0]
 		for _, g := range s.gangs {
 			switch {
-			case !g.deleted && !g.preempted && !g.scheduled && !g.pending.IsZero() && time.Since(g.pending) < soakSettle:
+			case !g.deleted && !g.preempted && !g.scheduled && !g.pending.IsZero() && s.upFor(g.pending, g.pendingDown, time.Now()) < soakSettle:
 				unsettled = append(unsettled, g.name+" (pending)")
 			case !g.deleted && !g.partial.IsZero():
 				unsettled = append(unsettled, g.name+" (partly bound)")
@@ -272,9 +282,12 @@ nodeGroups:
 func (s *soak) failover() {
 	cp := s.e.sim.ControlPlane
 	if s.reps == nil {
+		began := time.Now()
 		if err := cp.RestartScheduler(); err != nil {
 			s.e.t.Fatalf("restart the scheduler: %v", err)
 		}
+		s.down += time.Since(began)
+		s.sampled = time.Now()
 		s.failovers++
 		return
 	}
@@ -301,9 +314,12 @@ func (s *soak) fault() time.Time {
 		{RefuseWrites: 503, RetryAfter: 2 * time.Second, Latency: 100 * time.Millisecond},
 	}
 	if s.rng.IntN(4) == 0 {
+		began := time.Now()
 		if err := cp.RestartAPIServer(s.e.ctx); err != nil {
 			s.e.t.Fatalf("restart the API server: %v", err)
 		}
+		s.down += time.Since(began)
+		s.sampled = time.Now()
 		s.apiRestarts++
 		s.e.t.Logf("%s: restarted the API server", time.Now().Format("15:04:05.000"))
 		return time.Now()
@@ -510,10 +526,21 @@ func (s *soak) explain(name string) {
 	e.t.Log(b.String())
 }
 
+// upFor is how long the scheduler could act between since, when the
+// down clock showed downThen, and now: the time settling is allowed is
+// counted only while a leader held the Lease and the API server ran.
+func (s *soak) upFor(since time.Time, downThen time.Duration, now time.Time) time.Duration {
+	return now.Sub(since) - (s.down - downThen)
+}
+
 // check looks at the cluster once and records what breaks an invariant.
 func (s *soak) check() {
 	e := s.e
 	now := time.Now()
+	if s.reps != nil && !s.sampled.IsZero() && e.sim.ControlPlane.SchedulerLeader() == "" {
+		s.down += now.Sub(s.sampled)
+	}
+	s.sampled = now
 	pods, err := e.client.CoreV1().Pods("default").List(e.ctx, metav1.ListOptions{})
 	if err != nil {
 		return // the API server is restarting: look again next time
@@ -553,27 +580,28 @@ func (s *soak) check() {
 		case c.bound > 0:
 			g.pending = time.Time{}
 			if g.partial.IsZero() {
-				g.partial = now
+				g.partial, g.partialDown = now, s.down
 			}
-			s.longestPartial = max(s.longestPartial, now.Sub(g.partial))
-			if now.Sub(g.partial) > soakSettle {
-				s.violate("partial/"+g.name, fmt.Sprintf("gang %s partly bound (%d of %d) for %s", g.name, c.bound, g.pods, now.Sub(g.partial).Round(time.Second)))
+			age := s.upFor(g.partial, g.partialDown, now)
+			s.longestPartial = max(s.longestPartial, age)
+			if age > soakSettle {
+				s.violate("partial/"+g.name, fmt.Sprintf("gang %s partly bound (%d of %d) for %s", g.name, c.bound, g.pods, age.Round(time.Second)))
 			}
 		default:
 			g.partial = time.Time{}
 			if g.pending.IsZero() {
-				g.pending = now
-			} else if now.Sub(g.pending) > soakSettle {
+				g.pending, g.pendingDown = now, s.down
+			} else if age := s.upFor(g.pending, g.pendingDown, now); age > soakSettle {
 				var pg schedulingv1alpha1.PodGroup
 				if err := s.cr.Get(e.ctx, client.ObjectKey{Namespace: "default", Name: g.name}, &pg); apierrors.IsNotFound(err) {
-					s.violate("podgroup/"+g.name, fmt.Sprintf("gang %s pending for %s has no PodGroup", g.name, now.Sub(g.pending).Round(time.Second)))
+					s.violate("podgroup/"+g.name, fmt.Sprintf("gang %s pending for %s has no PodGroup", g.name, age.Round(time.Second)))
 					continue
 				} else if err != nil {
 					e.t.Fatal(err)
 				}
 				cond := meta.FindStatusCondition(pg.Status.Conditions, schedulingv1alpha1.ConditionScheduled)
 				if cond == nil || cond.Status != metav1.ConditionFalse || cond.Message == "" {
-					s.violate("reason/"+g.name, fmt.Sprintf("gang %s pending for %s without a reason (condition %+v)", g.name, now.Sub(g.pending).Round(time.Second), cond))
+					s.violate("reason/"+g.name, fmt.Sprintf("gang %s pending for %s without a reason (condition %+v)", g.name, age.Round(time.Second), cond))
 				}
 			}
 		}
