@@ -228,7 +228,7 @@ func (p *Plugin) leafCapacities(ctx context.Context, pg fwk.PodGroupInfo, nodes 
 	var capacity map[string]int
 	seen := map[string]bool{}
 	for _, pod := range pods {
-		key := p.shapeOf(pod)
+		key := shapeKey(pod)
 		if seen[key] {
 			continue
 		}
