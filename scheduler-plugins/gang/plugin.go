@@ -53,6 +53,8 @@ type Plugin struct {
 	pdbLister policylisters.PodDisruptionBudgetLister
 	// spares is what each proposed upstream placement leaves free.
 	spares placementSpares
+	// stale is the claims of unbound members being given back.
+	stale staleReleases
 
 	mu    sync.Mutex
 	plans map[string]*plan
@@ -521,6 +523,9 @@ func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *core
 	if g == nil || g.upstream {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
+	// DynamicResources' PostFilter, after this one, does not run for a
+	// member: what an earlier cycle of the member left is given back here.
+	p.releaseStaleClaims(ctx, pod)
 	if marked(state, failFastStateKey) {
 		// The gang's plan failed moments ago on this very snapshot, and
 		// that attempt already decided about preemption.
