@@ -207,10 +207,18 @@ func (m *gangMonitor) check() {
 var podPath = regexp.MustCompile(`^/api/v1/namespaces/([^/]+)/pods/([^/]+)(/eviction)?$`)
 
 // evictions counts, by pod, the deletes and evictions the scheduler
-// replicas sent that the API server took or may have taken (a cut
-// connection): dry runs, refusals and errors left out.
+// replicas sent that the API server took or may have taken: dry runs,
+// refusals and errors left out. A write whose connection broke before
+// the answer (an API server restart) may or may not have landed, so the
+// scheduler sends it again; it and the retries that follow it up to the
+// first accepted one are one eviction. After an accepted one, every
+// write counts: a pod deleted again is evicted twice.
 func (e *env) evictions() map[string]int {
-	out := map[string]int{}
+	type tally struct {
+		n       int
+		unknown bool // a write without an answer, nothing accepted yet
+	}
+	byPod := map[string]*tally{}
 	for _, w := range e.sim.ControlPlane.Writes() {
 		if !strings.HasPrefix(w.Component, "scheduler") || w.DryRun || w.Refused || w.Code != 0 && (w.Code < 200 || w.Code > 299) {
 			continue
@@ -219,7 +227,25 @@ func (e *env) evictions() map[string]int {
 		if m == nil || !(w.Method == "DELETE" && m[3] == "" || w.Method == "POST" && m[3] != "") {
 			continue
 		}
-		out[m[1]+"/"+m[2]]++
+		t := byPod[m[1]+"/"+m[2]]
+		if t == nil {
+			t = &tally{}
+			byPod[m[1]+"/"+m[2]] = t
+		}
+		switch {
+		case w.Code != 0 || t.n > 0:
+			t.n++
+			t.unknown = false
+		default:
+			t.unknown = true
+		}
+	}
+	out := map[string]int{}
+	for pod, t := range byPod {
+		out[pod] = t.n
+		if t.unknown {
+			out[pod]++
+		}
 	}
 	return out
 }
