@@ -83,7 +83,7 @@ func sortShapes(shapes []*shape) {
 	weight := func(s *shape) int {
 		w := len(s.pod.Spec.ResourceClaims)
 		for name := range resourcehelper.PodRequests(s.pod, resourcehelper.PodResourcesOptions{}) {
-			if name != corev1.ResourceCPU && name != corev1.ResourceMemory && name != corev1.ResourceEphemeralStorage {
+			if scarce(name) {
 				w++
 			}
 		}
@@ -151,3 +151,13 @@ const allocatedMark = "@"
 // allocatedShape tells whether the members of a shape have claims
 // allocated already.
 func allocatedShape(key string) bool { return strings.Contains(key, allocatedMark) }
+
+// scarce tells a resource a node has little of (extended resources,
+// devices) from CPU, memory, ephemeral storage and pod slots.
+func scarce(name corev1.ResourceName) bool {
+	switch name {
+	case corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage, corev1.ResourcePods:
+		return false
+	}
+	return true
+}

@@ -98,7 +98,7 @@ func reservedForAtMost(c *resourceapi.ResourceClaim, pod types.UID) bool {
 func (p *Plugin) extendedResourceClaim(pod *corev1.Pod) *resourceapi.ResourceClaim {
 	extended := false
 	for name := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
-		if name != corev1.ResourceCPU && name != corev1.ResourceMemory && name != corev1.ResourceEphemeralStorage && name != corev1.ResourcePods {
+		if scarce(name) {
 			extended = true
 		}
 	}
