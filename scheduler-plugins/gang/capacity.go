@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -41,13 +42,16 @@ type capacityEstimator struct {
 	dra      fwk.SharedDRAManager
 	celCache *cel.Cache
 	features structured.Features
-	// sliceHashes caches the content hash of each ResourceSlice version.
-	sliceHashes map[types.UID]sliceHash
+	// mu guards the slice view and the hashes it is built from.
+	mu       sync.Mutex
+	lastView *sliceView
+	// sliceHashes caches the content hash of each live ResourceSlice
+	// object.
+	sliceHashes map[*resourceapi.ResourceSlice]sliceHash
 }
 
 type sliceHash struct {
-	resourceVersion string
-	sum             [32]byte
+	sum [32]byte
 	// positions hashes each device of the slice by the slice's content
 	// and the device's place in it, by device name: two identical nodes
 	// whose drivers name devices after the node have the same devices in
@@ -60,7 +64,7 @@ func newCapacityEstimator(dra fwk.SharedDRAManager, fts feature.Features) *capac
 		dra:         dra,
 		celCache:    cel.NewCache(32, cel.Features{EnableConsumableCapacity: fts.EnableDRAConsumableCapacity}),
 		features:    dynamicresources.AllocatorFeatures(fts),
-		sliceHashes: map[types.UID]sliceHash{},
+		sliceHashes: map[*resourceapi.ResourceSlice]sliceHash{},
 	}
 }
 
@@ -579,12 +583,12 @@ type draCapacity struct {
 	// devices are added while the next copy is placed and taken off
 	// again before allocate returns.
 	state  *structured.AllocatedState
-	slices []*resourceapi.ResourceSlice
+	slices *nodeSlices
 	claims []*resourceapi.ResourceClaim
 	want   int
 	// nodeKey maps node name to its class; memo maps class to the answer.
-	nodeKey  map[string][32]byte
-	memo     map[[32]byte]int
+	nodeKey  map[string]classKey
+	memo     map[classKey]int
 	memoSafe bool
 	copies   [][]*resourceapi.ResourceClaim
 }
@@ -600,15 +604,16 @@ func (e *capacityEstimator) newDRACapacity(ctx context.Context, claims []*resour
 	if err != nil {
 		return nil, fmt.Errorf("list resource slices: %w", err)
 	}
-	d := &draCapacity{e: e, state: allocated, slices: slices, claims: claims, want: want, memo: map[[32]byte]int{}, memoSafe: memoSafe(claims)}
-	d.nodeKey = e.nodeClasses(slices, allocated)
+	v := e.view(slices)
+	d := &draCapacity{e: e, state: allocated, slices: v.slices, claims: claims, want: want, memo: map[classKey]int{}, memoSafe: memoSafe(claims)}
+	d.nodeKey = v.classes(allocated)
 	return d, nil
 }
 
 // withClaims answers the same question for other claims over the same
 // allocator and node classes, which are the expensive part.
 func (d *draCapacity) withClaims(claims []*resourceapi.ResourceClaim) *draCapacity {
-	return &draCapacity{e: d.e, state: d.state, slices: d.slices, claims: claims, want: d.want, nodeKey: d.nodeKey, memo: map[[32]byte]int{}, memoSafe: memoSafe(claims)}
+	return &draCapacity{e: d.e, state: d.state, slices: d.slices, claims: claims, want: d.want, nodeKey: d.nodeKey, memo: map[classKey]int{}, memoSafe: memoSafe(claims)}
 }
 
 // memoSafe is false when a selector can tell identical nodes apart (by a
@@ -636,10 +641,15 @@ func memoSafe(claims []*resourceapi.ResourceClaim) bool {
 // forNode returns how many of up to limit member copies fit on the node.
 func (d *draCapacity) forNode(ctx context.Context, node *corev1.Node, limit int) (int, error) {
 	key, known := d.nodeKey[node.Name]
-	if !known {
+	if !known && len(d.slices.shared) == 0 {
 		return 0, nil // the node has no devices of any driver
 	}
-	if d.memoSafe {
+	// Nodes without slices of their own share one class: what they can
+	// use is the pools not bound to a node. Pools offered to some nodes
+	// only (a node selector, per-device node selection) tell nodes of a
+	// class apart, so then every node is asked on its own.
+	memo := d.memoSafe && !d.slices.selective
+	if memo {
 		if v, ok := d.memo[key]; ok {
 			return min(v, limit), nil
 		}
@@ -649,7 +659,7 @@ func (d *draCapacity) forNode(ctx context.Context, node *corev1.Node, limit int)
 		return 0, err
 	}
 	n := len(res) / len(d.claims)
-	if d.memoSafe {
+	if memo {
 		d.memo[key] = n
 	}
 	return min(n, limit), nil
@@ -683,7 +693,7 @@ func (d *draCapacity) allocate(ctx context.Context, node *corev1.Node, k int) ([
 		}
 		// A new allocator per copy: an allocator may keep what it
 		// derived from the allocated state between calls.
-		alloc, err := structured.NewAllocator(ctx, d.e.features, *d.state, d.e.dra.DeviceClasses(), d.slices, d.e.celCache)
+		alloc, err := structured.NewAllocator(ctx, d.e.features, *d.state, d.e.dra.DeviceClasses(), d.slices.forNode(node.Name), d.e.celCache)
 		if err != nil {
 			return nil, fmt.Errorf("device allocator: %w", err)
 		}
@@ -700,6 +710,77 @@ func (d *draCapacity) allocate(ctx context.Context, node *corev1.Node, k int) ([
 		out = append(out, res...)
 	}
 	return append([]resourceapi.AllocationResult(nil), out...), nil
+}
+
+// nodeSlices hands the allocator only the slices that can matter on one
+// node: every slice of each pool that has a slice on the node or one not
+// bound to a node (node selector, all nodes, per-device node selection).
+// The allocator indexes and scans every slice it is given on each
+// creation and each allocation, and a simulation creates one per member
+// copy per node class: at 5,000 nodes that scan was most of a plan's
+// time. Whole pools are kept so that the allocator's checks that span a
+// pool (is it complete, which generation is current, counters defined in
+// another of its slices) see what they would see with every slice.
+type nodeSlices struct {
+	shared []*resourceapi.ResourceSlice
+	// selective: a shared pool is offered to some nodes only.
+	selective bool
+	pools     map[poolKey][]*resourceapi.ResourceSlice
+	// onNode lists the pools with a slice on each node that are not
+	// shared already.
+	onNode map[string][]poolKey
+	mu     sync.Mutex
+	cache  map[string][]*resourceapi.ResourceSlice
+}
+
+type poolKey struct{ driver, pool string }
+
+func newNodeSlices(all []*resourceapi.ResourceSlice) *nodeSlices {
+	ns := &nodeSlices{pools: map[poolKey][]*resourceapi.ResourceSlice{}, onNode: map[string][]poolKey{}, cache: map[string][]*resourceapi.ResourceSlice{}}
+	shared := map[poolKey]bool{}
+	for _, s := range all {
+		k := poolKey{s.Spec.Driver, s.Spec.Pool.Name}
+		ns.pools[k] = append(ns.pools[k], s)
+		if s.Spec.NodeName == nil || *s.Spec.NodeName == "" {
+			shared[k] = true
+			ns.selective = ns.selective || s.Spec.AllNodes == nil || !*s.Spec.AllNodes
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(shared), comparePoolKeys) {
+		ns.shared = append(ns.shared, ns.pools[k]...)
+	}
+	for _, s := range all {
+		k := poolKey{s.Spec.Driver, s.Spec.Pool.Name}
+		if s.Spec.NodeName == nil || shared[k] {
+			continue
+		}
+		if node := *s.Spec.NodeName; !slices.Contains(ns.onNode[node], k) {
+			ns.onNode[node] = append(ns.onNode[node], k)
+		}
+	}
+	return ns
+}
+
+func comparePoolKeys(a, b poolKey) int {
+	if c := strings.Compare(a.driver, b.driver); c != 0 {
+		return c
+	}
+	return strings.Compare(a.pool, b.pool)
+}
+
+// forNode returns the slices the allocator needs for the node.
+func (ns *nodeSlices) forNode(node string) []*resourceapi.ResourceSlice {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if out, ok := ns.cache[node]; ok {
+		return out
+	}
+	out := slices.Clone(ns.shared)
+	for _, k := range ns.onNode[node] {
+		out = append(out, ns.pools[k]...)
+	}
+	ns.cache[node] = out
+	return out
 }
 
 func sortStrings(s []string) { sort.Strings(s) }

@@ -13,7 +13,6 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/structured"
 )
 
@@ -26,65 +25,159 @@ import (
 // compared within one plan.
 var deviceSeed = maphash.MakeSeed()
 
-// nodeClasses hashes, per node, the content of its slices (ignoring the
-// node name, pool name, device names and device UUIDs) and the devices in
-// use in its pools, each by its place in its slice: nodes with the same
-// hash answer the same.
-func (e *capacityEstimator) nodeClasses(resourceSlices []*resourceapi.ResourceSlice, allocated *structured.AllocatedState) map[string][32]byte {
+// classKey is a node's class: the content of its slices, names left out,
+// and the devices in use in its pools.
+type classKey struct {
+	content [32]byte
+	inUse   uint64
+}
+
+// sliceView is what the node classes and the allocator's per-node slices
+// are derived from, kept while the lister returns the same slice objects:
+// an informer replaces an object on every change (a DeviceTaintRule's
+// patch included) and never changes one in place, so the same objects
+// are the same content. Building it walks and hashes every slice; a plan
+// asks for classes once per member shape and per preemption simulation.
+type sliceView struct {
+	set    map[*resourceapi.ResourceSlice]struct{}
+	slices *nodeSlices
+	nodes  map[string]nodeContent
+	// devices places each listed device in its pool (an index into the
+	// pools in use) with the hash of its place in its slice; pools
+	// indexes pools by driver and pool name (the device name left empty).
+	devices map[structured.DeviceID]devicePlace
+	pools   map[structured.DeviceID]int
+}
+
+type devicePlace struct {
+	pool int
+	hash uint64
+}
+
+// nodeContent is the hash of a node's slices and the pools it covers, in
+// the order their devices in use are added to its class.
+type nodeContent struct {
+	sum   [32]byte
+	pools []int
+}
+
+// same reports whether all are the slices the view was built from.
+func (v *sliceView) same(all []*resourceapi.ResourceSlice) bool {
+	if len(all) != len(v.set) {
+		return false
+	}
+	for _, s := range all {
+		if _, ok := v.set[s]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// view returns the view of the slices, built again only when they
+// changed.
+func (e *capacityEstimator) view(all []*resourceapi.ResourceSlice) *sliceView {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lastView != nil && e.lastView.same(all) {
+		return e.lastView
+	}
+	v := &sliceView{
+		set:     make(map[*resourceapi.ResourceSlice]struct{}, len(all)),
+		slices:  newNodeSlices(all),
+		nodes:   map[string]nodeContent{},
+		devices: map[structured.DeviceID]devicePlace{},
+		pools:   map[structured.DeviceID]int{},
+	}
 	type part struct {
-		driver, pool string
-		sum          [32]byte
+		driver string
+		pool   int
+		sum    [32]byte
 	}
 	perNode := map[string][]part{}
-	type poolID struct{ driver, pool string }
-	positions := map[poolID][]map[string]uint64{}
-	if len(e.sliceHashes) > 2*len(resourceSlices)+64 {
-		// Slices come and go with nodes and drivers: keep only the live
-		// ones' hashes.
-		live := make(map[types.UID]sliceHash, len(resourceSlices))
-		for _, s := range resourceSlices {
-			if h, ok := e.sliceHashes[s.UID]; ok {
-				live[s.UID] = h
-			}
-		}
-		e.sliceHashes = live
-	}
-	for _, s := range resourceSlices {
+	hashes := make(map[*resourceapi.ResourceSlice]sliceHash, len(all))
+	for _, s := range all {
+		v.set[s] = struct{}{}
 		if s.Spec.NodeName == nil {
 			continue
 		}
-		h, ok := e.sliceHashes[s.UID]
-		if !ok || h.resourceVersion != s.ResourceVersion {
-			h = sliceHash{resourceVersion: s.ResourceVersion, sum: hashSlice(s), positions: make(map[string]uint64, len(s.Spec.Devices))}
+		h, ok := e.sliceHashes[s]
+		if !ok {
+			h = sliceHash{sum: hashSlice(s), positions: make(map[string]uint64, len(s.Spec.Devices))}
 			var buf [40]byte
 			for i, d := range s.Spec.Devices {
 				copy(buf[:32], h.sum[:])
 				binary.LittleEndian.PutUint64(buf[32:], uint64(i))
 				h.positions[d.Name] = maphash.Bytes(deviceSeed, buf[:])
 			}
-			e.sliceHashes[s.UID] = h
 		}
-		perNode[*s.Spec.NodeName] = append(perNode[*s.Spec.NodeName], part{s.Spec.Driver, s.Spec.Pool.Name, h.sum})
-		id := poolID{s.Spec.Driver, s.Spec.Pool.Name}
-		positions[id] = append(positions[id], h.positions)
-	}
-	// device hashes a device in use by its place in its pool's slices;
-	// by its name when no slice of the pool lists it.
-	device := func(id poolID, name string) uint64 {
-		for _, p := range positions[id] {
-			if v, ok := p[name]; ok {
-				return v
+		hashes[s] = h
+		full := structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, "")
+		id := structured.DeviceID{Driver: full.Driver, Pool: full.Pool}
+		pool, ok := v.pools[id]
+		if !ok {
+			pool = len(v.pools)
+			v.pools[id] = pool
+		}
+		perNode[*s.Spec.NodeName] = append(perNode[*s.Spec.NodeName], part{s.Spec.Driver, pool, h.sum})
+		for name, p := range h.positions {
+			id.Device = structured.MakeDeviceID("", "", name).Device
+			if _, seen := v.devices[id]; !seen {
+				v.devices[id] = devicePlace{pool: pool, hash: p}
 			}
 		}
-		return maphash.String(deviceSeed, name)
 	}
-	// The devices in use per pool, as an order-free sum of their hashes:
-	// no strings built or sorted per device, on every plan and every
-	// preemption simulation.
-	inUse := map[poolID]uint64{}
+	// Only the live slices' hashes are kept: slices come and go with
+	// nodes and drivers.
+	e.sliceHashes = hashes
+	for node, parts := range perNode {
+		sort.Slice(parts, func(i, j int) bool {
+			if parts[i].driver != parts[j].driver {
+				return parts[i].driver < parts[j].driver
+			}
+			return string(parts[i].sum[:]) < string(parts[j].sum[:])
+		})
+		h := sha256.New()
+		var c nodeContent
+		for _, p := range parts {
+			h.Write([]byte(p.driver))
+			h.Write(p.sum[:])
+			if !slices.Contains(c.pools, p.pool) {
+				c.pools = append(c.pools, p.pool)
+			}
+		}
+		copy(c.sum[:], h.Sum(nil))
+		v.nodes[node] = c
+	}
+	e.lastView = v
+	return v
+}
+
+// nodeClasses gives, per node, the content of its slices (ignoring the
+// node name, pool name, device names and device UUIDs) and the devices in
+// use in its pools, each by its place in its slice: nodes with the same
+// class answer the same.
+func (e *capacityEstimator) nodeClasses(resourceSlices []*resourceapi.ResourceSlice, allocated *structured.AllocatedState) map[string]classKey {
+	return e.view(resourceSlices).classes(allocated)
+}
+
+func (v *sliceView) classes(allocated *structured.AllocatedState) map[string]classKey {
+	// The devices in use per pool, as an order-free sum of the hashes of
+	// their places in the pool's slices (of their names where no slice
+	// lists them): no strings built or sorted per device, on every plan
+	// and every preemption simulation.
+	inUse := make([]uint64, len(v.pools))
+	add := func(id structured.DeviceID, extra uint64) {
+		if p, ok := v.devices[id]; ok {
+			inUse[p.pool] += p.hash ^ extra
+			return
+		}
+		if pool, ok := v.pools[structured.DeviceID{Driver: id.Driver, Pool: id.Pool}]; ok {
+			inUse[pool] += maphash.String(deviceSeed, id.Device.String()) ^ extra
+		}
+	}
 	for id := range allocated.AllocatedDevices {
-		pool := poolID{id.Driver.String(), id.Pool.String()}
-		inUse[pool] += device(pool, id.Device.String())
+		add(id, 0)
 	}
 	// Devices shared by several claims differ by how much of them is
 	// taken, not by which share ids hold them.
@@ -96,32 +189,18 @@ func (e *capacityEstimator) nodeClasses(resourceSlices []*resourceapi.ResourceSl
 			}
 		}
 		sort.Strings(parts)
-		pool := poolID{id.Driver.String(), id.Pool.String()}
-		inUse[pool] += device(pool, id.Device.String()) ^ maphash.String(deviceSeed, "{"+strings.Join(parts, ",")+"}")
+		add(id, maphash.String(deviceSeed, "{"+strings.Join(parts, ",")+"}"))
 	}
-	out := make(map[string][32]byte, len(perNode))
-	for node, parts := range perNode {
-		sort.Slice(parts, func(i, j int) bool {
-			if parts[i].driver != parts[j].driver {
-				return parts[i].driver < parts[j].driver
-			}
-			return string(parts[i].sum[:]) < string(parts[j].sum[:])
-		})
-		h := sha256.New()
-		var buf [8]byte
-		var pools []poolID
-		for _, p := range parts {
-			h.Write([]byte(p.driver))
-			h.Write(p.sum[:])
-			if id := (poolID{p.driver, p.pool}); !slices.Contains(pools, id) {
-				pools = append(pools, id)
-				binary.LittleEndian.PutUint64(buf[:], inUse[id])
-				h.Write(buf[:])
-			}
+	out := make(map[string]classKey, len(v.nodes))
+	var h maphash.Hash
+	var buf [8]byte
+	for node, c := range v.nodes {
+		h.SetSeed(deviceSeed)
+		for _, p := range c.pools {
+			binary.LittleEndian.PutUint64(buf[:], inUse[p])
+			h.Write(buf[:])
 		}
-		var sum [32]byte
-		copy(sum[:], h.Sum(nil))
-		out[node] = sum
+		out[node] = classKey{content: c.sum, inUse: h.Sum64()}
 	}
 	return out
 }

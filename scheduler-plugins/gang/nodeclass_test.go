@@ -2,6 +2,8 @@ package gang
 
 import (
 	"fmt"
+	"slices"
+	"sort"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -10,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/utils/ptr"
 )
 
@@ -75,7 +78,7 @@ func TestNodeClasses(t *testing.T) {
 			allocated(structured.MakeDeviceID("gpu.strata.sh", "n1", "n1-gpu-3"), structured.MakeDeviceID("gpu.strata.sh", "n2", "n2-gpu-4")), false},
 	}
 	for name, tc := range tests {
-		e := &capacityEstimator{sliceHashes: map[types.UID]sliceHash{}}
+		e := &capacityEstimator{sliceHashes: map[*resourceapi.ResourceSlice]sliceHash{}}
 		got := e.nodeClasses([]*resourceapi.ResourceSlice{tc.a, tc.b}, tc.used)
 		if same := got[*tc.a.Spec.NodeName] == got[*tc.b.Spec.NodeName]; same != tc.sameClass {
 			t.Errorf("%s: same class %v, want %v", name, same, tc.sameClass)
@@ -105,4 +108,63 @@ func FuzzHashSliceIgnoresNames(f *testing.F) {
 			t.Fatalf("memory %s vs %s: equal hashes %v", q1.String(), q2.String(), hashSlice(a) == hashSlice(b))
 		}
 	})
+}
+
+// TestNodeClassesFollowPatchedSlices: a DeviceTaintRule patches a slice
+// without changing its UID or resourceVersion; the scheduler's lister
+// then returns another object, and the node's class must follow it (a
+// tainted GPU is not a free one). The same objects listed again give the
+// same classes from the kept view.
+func TestNodeClassesFollowPatchedSlices(t *testing.T) {
+	e := newCapacityEstimator(nil, feature.Features{})
+	a, b := gpuSlice("n1", 8, "80Gi"), gpuSlice("n2", 8, "80Gi")
+	got := e.nodeClasses([]*resourceapi.ResourceSlice{a, b}, allocated())
+	if got["n1"] != got["n2"] {
+		t.Fatalf("identical nodes in two classes")
+	}
+	view := e.lastView
+	if e.nodeClasses([]*resourceapi.ResourceSlice{b, a}, allocated()); e.lastView != view {
+		t.Errorf("the same slice objects built the view again")
+	}
+	patched := b.DeepCopy()
+	patched.Spec.Devices[2].Taints = []resourceapi.DeviceTaint{{Key: "example.com/unhealthy", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	got = e.nodeClasses([]*resourceapi.ResourceSlice{a, patched}, allocated())
+	if got["n1"] == got["n2"] {
+		t.Errorf("a node with a tainted GPU is in the class of one without")
+	}
+}
+
+// TestNodeSlicesKeepWholePools: the allocator is given, for a node,
+// every slice of the pools it has a slice in and of the pools not bound
+// to a node, and nothing of other nodes' pools.
+func TestNodeSlicesKeepWholePools(t *testing.T) {
+	mk := func(name, pool string, node *string) *resourceapi.ResourceSlice {
+		return &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourceapi.ResourceSliceSpec{
+			Driver: "gpu.strata.sh", NodeName: node, Pool: resourceapi.ResourcePool{Name: pool, ResourceSliceCount: 2},
+		}}
+	}
+	n1a, n1b := mk("n1-a", "n1", ptr.To("n1")), mk("n1-counters", "n1", ptr.To("n1"))
+	n2 := mk("n2-a", "n2", ptr.To("n2"))
+	fabric := mk("fabric-a", "fabric", nil)
+	fabric.Spec.AllNodes = ptr.To(true)
+	// A pool listed under a node and without one is shared.
+	mixedLocal, mixedShared := mk("mixed-a", "mixed", ptr.To("n2")), mk("mixed-b", "mixed", nil)
+	ns := newNodeSlices([]*resourceapi.ResourceSlice{n1a, n2, fabric, n1b, mixedLocal, mixedShared})
+	names := func(list []*resourceapi.ResourceSlice) []string {
+		var out []string
+		for _, s := range list {
+			out = append(out, s.Name)
+		}
+		sort.Strings(out)
+		return out
+	}
+	for node, want := range map[string][]string{
+		"n1": {"fabric-a", "mixed-a", "mixed-b", "n1-a", "n1-counters"},
+		"n2": {"fabric-a", "mixed-a", "mixed-b", "n2-a"},
+		"n3": {"fabric-a", "mixed-a", "mixed-b"},
+	} {
+		if got := names(ns.forNode(node)); !slices.Equal(got, want) {
+			t.Errorf("slices for %s: %v, want %v", node, got, want)
+		}
+	}
 }
