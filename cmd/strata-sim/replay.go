@@ -39,6 +39,13 @@ mostallocated, strata), the real DRA allocator and the ResourceSlices
 Strata's NVIDIA plugin publishes, without an API server; GPUs are
 ResourceClaims (whole GPUs, or shares of a GPU's cores and memory).
 
+A --variant without a file in --trace-dir is derived from the default
+pod list when its name says how (cpu250: CPU-only pods are 25 % of the
+pods; gpushare80, multigpu40, gpuspec33: that kind of pod carries that
+share of the GPU request), as the trace's description derives its
+published variants; --variant beyond replays the derived variants that
+lie beyond the published ranges.
+
 --merge gathers the --out folders of several replays into one, with
 every policy and profile of a variant on one plot.
 
@@ -49,7 +56,7 @@ func runReplay(args []string) error {
 	o := replay.Options{Out: os.Stdout}
 	fs := newFlagSet("strata-sim replay", replayUsage, args)
 	fs.StringVar(&o.TraceDir, "trace-dir", "", "folder with openb_node_list_gpu_node.csv and openb_pod_list_<variant>.csv")
-	fs.StringSliceVar(&o.Variants, "variant", []string{"default"}, "pod lists to replay (openb_pod_list_<variant>.csv); \"all\" for every one in the folder")
+	fs.StringSliceVar(&o.Variants, "variant", []string{"default"}, "pod lists to replay (openb_pod_list_<variant>.csv); \"all\" for every one in the folder, \"beyond\" for the variants derived beyond the published ranges (cpuNNN, gpushareNN, multigpuNN, gpuspecNN without a file are derived from default)")
 	fs.StringSliceVar(&o.Policies, "policy", replay.ModelPolicies, "model engine policies: "+strings.Join(replay.ModelPolicies, ", ")+"; also "+strings.Join(replay.StudyPolicies, ", "))
 	fs.StringSliceVar(&o.Profiles, "profile", replay.FrameworkProfiles, "framework engine profiles (repeatable): "+strings.Join(replay.FrameworkProfiles, ", "))
 	seeds := fs.String("seeds", "42-51", "seeds, a range A-B or a list")
@@ -101,16 +108,24 @@ func runReplay(args []string) error {
 	if o.Seeds, err = parseSeeds(*seeds); err != nil {
 		return fmt.Errorf("--seeds: %w", err)
 	}
-	if slices.Contains(o.Variants, "all") {
-		files, err := filepath.Glob(filepath.Join(o.TraceDir, "openb_pod_list_*.csv"))
-		if err != nil {
-			return err
-		}
-		o.Variants = nil
-		for _, f := range files {
-			o.Variants = append(o.Variants, strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "openb_pod_list_"), ".csv"))
+	var variants []string
+	for _, v := range o.Variants {
+		switch v {
+		case "all":
+			files, err := filepath.Glob(filepath.Join(o.TraceDir, "openb_pod_list_*.csv"))
+			if err != nil {
+				return err
+			}
+			for _, f := range files {
+				variants = append(variants, strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "openb_pod_list_"), ".csv"))
+			}
+		case "beyond":
+			variants = append(variants, replay.BeyondVariants...)
+		default:
+			variants = append(variants, v)
 		}
 	}
+	o.Variants = variants
 	if o.Engine == replay.EngineFramework && os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
 		// The DRA allocator allocates a great deal per node and pod, and
 		// the live heap is small: collecting less often saves about a

@@ -89,7 +89,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	var out []Result
 	var outMu sync.Mutex // the framework engine reports each seed
 	for _, v := range o.Variants {
-		pods, err := ReadPods(filepath.Join(o.TraceDir, "openb_pod_list_"+v+".csv"))
+		pods, err := LoadPods(o.TraceDir, v)
 		if err != nil {
 			return nil, err
 		}
