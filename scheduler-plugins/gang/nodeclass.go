@@ -153,14 +153,10 @@ func (e *capacityEstimator) view(all []*resourceapi.ResourceSlice) *sliceView {
 	return v
 }
 
-// nodeClasses gives, per node, the content of its slices (ignoring the
-// node name, pool name, device names and device UUIDs) and the devices in
-// use in its pools, each by its place in its slice: nodes with the same
-// class answer the same.
-func (e *capacityEstimator) nodeClasses(resourceSlices []*resourceapi.ResourceSlice, allocated *structured.AllocatedState) map[string]classKey {
-	return e.view(resourceSlices).classes(allocated)
-}
-
+// classes gives, per node, the content of its slices (ignoring the node
+// name, pool name, device names and device UUIDs) and the devices in use
+// in its pools, each by its place in its slice: nodes with the same class
+// answer the same.
 func (v *sliceView) classes(allocated *structured.AllocatedState) map[string]classKey {
 	// The devices in use per pool, as an order-free sum of the hashes of
 	// their places in the pool's slices (of their names where no slice

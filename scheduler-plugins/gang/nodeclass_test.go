@@ -79,7 +79,7 @@ func TestNodeClasses(t *testing.T) {
 	}
 	for name, tc := range tests {
 		e := &capacityEstimator{sliceHashes: map[*resourceapi.ResourceSlice]sliceHash{}}
-		got := e.nodeClasses([]*resourceapi.ResourceSlice{tc.a, tc.b}, tc.used)
+		got := e.view([]*resourceapi.ResourceSlice{tc.a, tc.b}).classes(tc.used)
 		if same := got[*tc.a.Spec.NodeName] == got[*tc.b.Spec.NodeName]; same != tc.sameClass {
 			t.Errorf("%s: same class %v, want %v", name, same, tc.sameClass)
 		}
@@ -118,17 +118,17 @@ func FuzzHashSliceIgnoresNames(f *testing.F) {
 func TestNodeClassesFollowPatchedSlices(t *testing.T) {
 	e := newCapacityEstimator(nil, feature.Features{})
 	a, b := gpuSlice("n1", 8, "80Gi"), gpuSlice("n2", 8, "80Gi")
-	got := e.nodeClasses([]*resourceapi.ResourceSlice{a, b}, allocated())
+	got := e.view([]*resourceapi.ResourceSlice{a, b}).classes(allocated())
 	if got["n1"] != got["n2"] {
 		t.Fatalf("identical nodes in two classes")
 	}
 	view := e.lastView
-	if e.nodeClasses([]*resourceapi.ResourceSlice{b, a}, allocated()); e.lastView != view {
+	if e.view([]*resourceapi.ResourceSlice{b, a}).classes(allocated()); e.lastView != view {
 		t.Errorf("the same slice objects built the view again")
 	}
 	patched := b.DeepCopy()
 	patched.Spec.Devices[2].Taints = []resourceapi.DeviceTaint{{Key: "example.com/unhealthy", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
-	got = e.nodeClasses([]*resourceapi.ResourceSlice{a, patched}, allocated())
+	got = e.view([]*resourceapi.ResourceSlice{a, patched}).classes(allocated())
 	if got["n1"] == got["n2"] {
 		t.Errorf("a node with a tainted GPU is in the class of one without")
 	}
