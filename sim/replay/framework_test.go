@@ -380,6 +380,13 @@ func TestStrataProfileIsTheShippedOne(t *testing.T) {
 		SchedulerName string                `json:"schedulerName"`
 		Plugins       map[string]*pluginSet `json:"plugins"`
 		PluginConfig  []any                 `json:"pluginConfig"`
+		Percentage    *int32                `json:"percentageOfNodesToScore"`
+	}
+	deref := func(p *int32) any {
+		if p == nil {
+			return "unset"
+		}
+		return *p
 	}
 	read := func(raw []byte, name string) profile {
 		var cfg struct {
@@ -424,14 +431,11 @@ func TestStrataProfileIsTheShippedOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	ours := read(raw, ProfileStrata)
-	if mp := ours.Plugins["multiPoint"]; mp != nil {
-		mp.Enabled = without(mp.Enabled, "StrataFragmentation")
-		if len(mp.Enabled)+len(mp.Disabled) == 0 {
-			delete(ours.Plugins, "multiPoint")
-		}
-	}
 	if diff := cmp.Diff(shipped.Plugins, ours.Plugins); diff != "" {
-		t.Errorf("plugins of profiles/strata.yaml, StrataFragmentation aside, differ from the shipped profile's, StrataGang aside (-shipped +ours):\n%s", diff)
+		t.Errorf("plugins of profiles/strata.yaml differ from the shipped profile's, StrataGang aside (-shipped +ours):\n%s", diff)
+	}
+	if deref(shipped.Percentage) != deref(ours.Percentage) {
+		t.Errorf("percentageOfNodesToScore of profiles/strata.yaml is %v, the shipped profile's %v", deref(ours.Percentage), deref(shipped.Percentage))
 	}
 	if diff := cmp.Diff(shipped.PluginConfig, ours.PluginConfig); diff != "" {
 		t.Errorf("plugin args differ (-shipped +ours):\n%s", diff)
