@@ -156,10 +156,12 @@ replay:
 ## and the DRA allocator, with Strata's profile and two baselines
 ## (kube-scheduler's default scoring and MostAllocated) on the same
 ## samples, the table of docs/benchmarks.md; one variant at a time
-## (REPLAY_VARIANT: a published one or a derived one such as cpu250). Ten seeds of the three take about 19 minutes on a
-## 2-core machine for the default variant and 31 for gpushare60, the
-## variant with the most shared GPUs; most of it is the Kubernetes 1.37
-## DRA allocator (docs/scoring.md, "Replay speed").
+## (REPLAY_VARIANT: a published one or a derived one such as cpu250). At
+## the shipped search share ten seeds of Strata's profile alone take
+## about 32 minutes on a 2-core machine for the default variant; with
+## REPLAY_NODES_TO_SCORE=10 the three profiles take about 19 (31 for
+## gpushare60). Most of it is the Kubernetes 1.37 DRA allocator
+## (docs/scoring.md, "Replay speed").
 REPLAY_VARIANT ?= default
 REPLAY_PROFILES ?= strata,default,mostallocated
 REPLAY_SEEDS ?= 42-51
