@@ -382,12 +382,6 @@ func TestStrataProfileIsTheShippedOne(t *testing.T) {
 		PluginConfig  []any                 `json:"pluginConfig"`
 		Percentage    *int32                `json:"percentageOfNodesToScore"`
 	}
-	deref := func(p *int32) any {
-		if p == nil {
-			return "unset"
-		}
-		return *p
-	}
 	read := func(raw []byte, name string) profile {
 		var cfg struct {
 			Profiles []profile `json:"profiles"`
@@ -434,8 +428,8 @@ func TestStrataProfileIsTheShippedOne(t *testing.T) {
 	if diff := cmp.Diff(shipped.Plugins, ours.Plugins); diff != "" {
 		t.Errorf("plugins of profiles/strata.yaml differ from the shipped profile's, StrataGang aside (-shipped +ours):\n%s", diff)
 	}
-	if deref(shipped.Percentage) != deref(ours.Percentage) {
-		t.Errorf("percentageOfNodesToScore of profiles/strata.yaml is %v, the shipped profile's %v", deref(ours.Percentage), deref(shipped.Percentage))
+	if diff := cmp.Diff(shipped.Percentage, ours.Percentage); diff != "" {
+		t.Errorf("percentageOfNodesToScore of profiles/strata.yaml differs from the shipped profile's (-shipped +ours):\n%s", diff)
 	}
 	if diff := cmp.Diff(shipped.PluginConfig, ours.PluginConfig); diff != "" {
 		t.Errorf("plugin args differ (-shipped +ours):\n%s", diff)

@@ -7,8 +7,7 @@ import (
 )
 
 // halfShareAndWholeNode is a claim template for half of one GPU's cores
-// and memory, one for all eight GPUs of a node, and a pod template that
-// the test fills with a name, a scheduler and a claim template.
+// and memory and one for all eight GPUs of a node.
 const halfShareAndWholeNode = `
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
@@ -40,6 +39,8 @@ spec:
           count: 8
 `
 
+// fragmentationPod is a pod filled in with its name, its scheduler and
+// the claim template it uses.
 const fragmentationPod = `
 apiVersion: v1
 kind: Pod
