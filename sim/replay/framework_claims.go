@@ -2,6 +2,7 @@ package replay
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,16 +60,18 @@ func claimName(i int) string { return "claim-" + strconv.Itoa(i) }
 // the device's defaults take all of a GPU's memory, so no share fits
 // beside them. A share asks nvidia-shared.strata.sh for one GPU's
 // capacity: cores (percent of the GPU) = milli/10, rounded up, and
-// memory = milli/1000 of the GPU's memory in whole MiB, rounded down.
-// GPU memory differs by model, so the request is a firstAvailable list
-// with one subrequest per model the pod accepts, each selecting its
-// model by product name and asking for its own memory, in the cluster's
-// model order (most GPUs first). A node has GPUs of one model, so on any
-// node at most one subrequest can match. The order still matters twice:
-// kube-scheduler's DynamicResources score prefers nodes where an earlier
-// subrequest is used, so it is a preference for the common models; and
-// the allocator evaluates the selectors of every earlier subrequest on a
-// node's devices first, so the common models first cost least.
+// memory = milli/1000 of the smallest memory among the models the pod
+// accepts, in whole MiB, rounded down. gpu_milli is one fraction of a
+// GPU whatever its model, and so is this request: cores bind before
+// memory on every model (a model's shares sum to at most 100 % of its
+// cores, and so to at most its smallest accepted memory), so a share
+// fits wherever its fraction of the GPU is free, as in the trace. One
+// request, not one firstAvailable subrequest per model: a pod that
+// accepts several models prefers none of them, where kube-scheduler's
+// DynamicResources score would favour the nodes of an earlier
+// subrequest (by up to 150 of its points at weight 2), and the
+// allocator would evaluate every earlier subrequest's selector on a
+// node's devices first.
 func claimObject(i int, p TracePod, c *Cluster) (*resourceapi.ResourceClaim, error) {
 	if p.GPUs == 0 {
 		return nil, nil
@@ -98,24 +101,23 @@ func claimObject(i int, p TracePod, c *Cluster) (*resourceapi.ResourceClaim, err
 		if p.GPUs != 1 {
 			return nil, fmt.Errorf("pod %s: a share of %d GPUs", p.Name, p.GPUs)
 		}
-		if len(accepted) > resourceapi.FirstAvailableDeviceRequestMaxSize {
-			return nil, fmt.Errorf("pod %s: %d GPU models, a request has at most %d alternatives", p.Name, len(accepted), resourceapi.FirstAvailableDeviceRequestMaxSize)
-		}
+		memMiB := int64(math.MaxInt64)
 		for _, name := range accepted {
-			m := models[name]
-			cores := (int64(p.Milli) + 9) / 10
-			mem := max(int64(p.Milli)*m.MemoryMiB/1000, 1)
-			req.FirstAvailable = append(req.FirstAvailable, resourceapi.DeviceSubRequest{
-				Name:            strings.ToLower(name),
-				DeviceClassName: sharedGPUClass,
-				Selectors:       []resourceapi.DeviceSelector{productSelector([]string{name}, models)},
-				AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
-				Count:           1,
-				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-					"cores":  *resource.NewQuantity(cores, resource.DecimalSI),
-					"memory": *resource.NewQuantity(mem<<20, resource.BinarySI),
-				}},
-			})
+			memMiB = min(memMiB, models[name].MemoryMiB)
+		}
+		cores := (int64(p.Milli) + 9) / 10
+		mem := max(int64(p.Milli)*memMiB/1000, 1)
+		req.Exactly = &resourceapi.ExactDeviceRequest{
+			DeviceClassName: sharedGPUClass,
+			AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+			Count:           1,
+			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+				"cores":  *resource.NewQuantity(cores, resource.DecimalSI),
+				"memory": *resource.NewQuantity(mem<<20, resource.BinarySI),
+			}},
+		}
+		if len(p.Models) > 0 {
+			req.Exactly.Selectors = []resourceapi.DeviceSelector{productSelector(accepted, models)}
 		}
 	}
 	name := claimName(i)

@@ -285,14 +285,17 @@ func TestClaimObject(t *testing.T) {
 		},
 		ModelOrder: []string{"V100M32", "T4"},
 	}
-	share := func(name, product string, memMiB int64) resourceapi.DeviceSubRequest {
-		return resourceapi.DeviceSubRequest{
-			Name: name, DeviceClassName: sharedGPUClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
-			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["nvidia.strata.sh"].productName == "` + product + `"`}}},
+	share := func(memMiB int64, selector string) *resourceapi.ExactDeviceRequest {
+		r := &resourceapi.ExactDeviceRequest{
+			DeviceClassName: sharedGPUClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
 			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
 				"cores": *resource.NewQuantity(46, resource.DecimalSI), "memory": *resource.NewQuantity(memMiB<<20, resource.BinarySI),
 			}},
 		}
+		if selector != "" {
+			r.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: selector}}}
+		}
+		return r
 	}
 	for _, tc := range []struct {
 		name string
@@ -310,15 +313,17 @@ func TestClaimObject(t *testing.T) {
 			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["nvidia.strata.sh"].productName in ["Tesla V100-SXM2-32GB", "Tesla T4"]`}}},
 		}},
 	}, {
-		name: "a share of any model, each its own memory, in the cluster's order",
+		name: "a share of any model, with the smallest model's memory",
 		pod:  TracePod{GPUs: 1, Milli: 460},
-		want: resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
-			share("v100m32", "Tesla V100-SXM2-32GB", 14954), share("t4", "Tesla T4", 7065),
-		}},
+		want: resourceapi.DeviceRequest{Name: "gpu", Exactly: share(7065, "")},
 	}, {
 		name: "a share of one model",
 		pod:  TracePod{GPUs: 1, Milli: 460, Models: []string{"V100M32", "V100M32"}},
-		want: resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{share("v100m32", "Tesla V100-SXM2-32GB", 14954)}},
+		want: resourceapi.DeviceRequest{Name: "gpu", Exactly: share(14954, `device.attributes["nvidia.strata.sh"].productName == "Tesla V100-SXM2-32GB"`)},
+	}, {
+		name: "a share of some models, with the smallest accepted memory",
+		pod:  TracePod{GPUs: 1, Milli: 460, Models: []string{"T4", "V100M32"}},
+		want: resourceapi.DeviceRequest{Name: "gpu", Exactly: share(7065, `device.attributes["nvidia.strata.sh"].productName in ["Tesla V100-SXM2-32GB", "Tesla T4"]`)},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			claim, err := claimObject(3, tc.pod, c)
