@@ -158,7 +158,7 @@ replay:
 ## samples, the table of docs/benchmarks.md; one variant at a time
 ## (REPLAY_VARIANT: a published one or a derived one such as cpu250). At
 ## the shipped search share ten seeds of Strata's profile alone take
-## about 32 minutes on a 2-core machine for the default variant; with
+## 32 to 40 minutes on a 2-core machine for the default variant; with
 ## REPLAY_NODES_TO_SCORE=10 the three profiles take about 19 (31 for
 ## gpushare60). Most of it is the Kubernetes 1.37 DRA allocator
 ## (docs/scoring.md, "Replay speed").
