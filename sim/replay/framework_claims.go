@@ -79,6 +79,10 @@ func claimObject(i int, p TracePod, c *Cluster) (*resourceapi.ResourceClaim, err
 	models := c.Models
 	accepted := acceptedModels(p.Models, c.ModelOrder)
 	req := resourceapi.DeviceRequest{Name: claimRequest}
+	var selectors []resourceapi.DeviceSelector
+	if len(p.Models) > 0 && len(accepted) > 0 {
+		selectors = []resourceapi.DeviceSelector{productSelector(accepted, models)}
+	}
 	if len(accepted) == 0 {
 		// The pod accepts no model the cluster has: a claim no device
 		// satisfies, so the scheduler finds no node for it.
@@ -93,9 +97,7 @@ func claimObject(i int, p TracePod, c *Cluster) (*resourceapi.ResourceClaim, err
 			DeviceClassName: wholeGPUClass,
 			AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
 			Count:           int64(p.GPUs),
-		}
-		if len(p.Models) > 0 {
-			req.Exactly.Selectors = []resourceapi.DeviceSelector{productSelector(accepted, models)}
+			Selectors:       selectors,
 		}
 	} else {
 		if p.GPUs != 1 {
@@ -111,13 +113,11 @@ func claimObject(i int, p TracePod, c *Cluster) (*resourceapi.ResourceClaim, err
 			DeviceClassName: sharedGPUClass,
 			AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
 			Count:           1,
+			Selectors:       selectors,
 			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
 				"cores":  *resource.NewQuantity(cores, resource.DecimalSI),
 				"memory": *resource.NewQuantity(mem<<20, resource.BinarySI),
 			}},
-		}
-		if len(p.Models) > 0 {
-			req.Exactly.Selectors = []resourceapi.DeviceSelector{productSelector(accepted, models)}
 		}
 	}
 	name := claimName(i)
